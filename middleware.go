@@ -1,0 +1,197 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Config configures NewMiddleware. The zero value is ready to use.
+type Config struct {
+	// Consumer names the inbox partition: a message is processed once per consumer, so two
+	// handlers that consume one topic each process every message once.
+	// Default: the name of the router handler the message arrives through
+	// (message.HandlerNameFromCtx). With neither, the message fails with ErrNoConsumer.
+	Consumer string
+
+	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8.
+	// Default: msg.UUID. An empty key fails the message with ErrEmptyKey; it is never
+	// skipped silently.
+	Key func(*message.Message) (string, error)
+}
+
+// rollbackTimeout bounds a rollback that runs after the message context is done, so that a
+// hung database cannot hold the handler for ever.
+const rollbackTimeout = 10 * time.Second
+
+func (c *Config) setDefaults() {
+	if c.Key == nil {
+		c.Key = func(msg *message.Message) (string, error) { return msg.UUID, nil }
+	}
+}
+
+func (c Config) validate() error {
+	if c.Consumer != "" {
+		return validateConsumer(c.Consumer)
+	}
+	return nil
+}
+
+// NewMiddleware returns a router middleware that makes a handler an idempotent consumer.
+//
+// For each message it begins a transaction in store and claims (consumer, key) in it. If
+// the claim is new, the handler runs with the transaction in msg.Context() (see
+// TxFromContext); when the handler succeeds the transaction commits and the router acks,
+// when it fails or panics the transaction rolls back, releasing the claim, and the router
+// nacks, so a redelivery runs the handler again. If the key was claimed by an earlier
+// delivery that committed, the handler is skipped and the message is acked.
+//
+// Add it inside middleware.Retry, so that every retry gets a fresh transaction, and inside
+// middleware.PoisonQueue: router.AddMiddleware(poisonQueue, retry.Middleware, inboxMiddleware).
+//
+// A nil logger logs nothing.
+func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {
+	if store == nil {
+		return nil, ErrNilStore
+	}
+	config.setDefaults()
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	m := &middleware{store: store, config: config, logger: logger}
+	return m.wrap, nil
+}
+
+type middleware struct {
+	store  Store
+	config Config
+	logger watermill.LoggerAdapter
+}
+
+func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		return m.handle(h, msg)
+	}
+}
+
+func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produced []*message.Message, err error) {
+	consumer, err := m.consumer(msg)
+	if err != nil {
+		return nil, err
+	}
+	key, err := m.key(msg)
+	if err != nil {
+		return nil, err
+	}
+	fields := watermill.LogFields{"consumer": consumer, "message_uuid": msg.UUID, "idempotency_key": key}
+
+	ctx := msg.Context()
+	tx, isNew, err := m.store.Claim(ctx, consumer, key)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: claim key %q for consumer %q: %w", key, consumer, err)
+	}
+	if !isNew {
+		m.logger.Debug("Inbox: duplicate message skipped", fields)
+		return nil, nil
+	}
+
+	msg.SetContext(withClaim(ctx, claimed{tx: tx.Driver(), key: key}))
+	defer msg.SetContext(ctx) // the transaction ends here; nothing after us may reach it
+
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			m.rollback(ctx, tx, fields)
+			panic(recovered) // the router (or middleware.Recoverer) turns it into a nack
+		}
+	}()
+
+	produced, err = h(msg)
+	if err != nil {
+		if rbErr := m.rollback(ctx, tx, fields); rbErr != nil {
+			err = errors.Join(err, rbErr)
+		}
+		return nil, err
+	}
+
+	// A commit that fails may still have been made durable by the server before the
+	// connection broke. Either way we nack: the redelivery finds the claim committed and is
+	// acked as a duplicate, or finds it absent and runs the handler again.
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", key, consumer, err)
+	}
+	m.logger.Trace("Inbox: message processed", fields)
+	return produced, nil
+}
+
+// rollback runs even when the message context is done, because the transaction must end.
+func (m *middleware) rollback(ctx context.Context, tx Tx, fields watermill.LogFields) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if err := tx.Rollback(ctx); err != nil {
+		err = fmt.Errorf("inbox: rollback: %w", err)
+		m.logger.Error("Inbox: rollback failed", err, fields)
+		return err
+	}
+	return nil
+}
+
+func (m *middleware) consumer(msg *message.Message) (string, error) {
+	if m.config.Consumer != "" {
+		return m.config.Consumer, nil
+	}
+	name := message.HandlerNameFromCtx(msg.Context())
+	if name == "" {
+		return "", ErrNoConsumer
+	}
+	if err := validateConsumer(name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func (m *middleware) key(msg *message.Message) (string, error) {
+	key, err := m.config.Key(msg)
+	if err != nil {
+		return "", fmt.Errorf("inbox: key function for message %q: %w", msg.UUID, err)
+	}
+	if key == "" {
+		return "", fmt.Errorf("%w (message uuid %q)", ErrEmptyKey, msg.UUID)
+	}
+	if len(key) > MaxKeyLength {
+		return "", fmt.Errorf("%w: %d bytes, the limit is %d", ErrKeyTooLong, len(key), MaxKeyLength)
+	}
+	if reason := invalidText(key); reason != "" {
+		return "", fmt.Errorf("%w: %s", ErrInvalidKey, reason)
+	}
+	return key, nil
+}
+
+func validateConsumer(name string) error {
+	if len(name) > MaxConsumerLength {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidConsumer, len(name), MaxConsumerLength)
+	}
+	if reason := invalidText(name); reason != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidConsumer, reason)
+	}
+	return nil
+}
+
+// invalidText says why s cannot be stored as a key column value on every dialect, or "".
+func invalidText(s string) string {
+	if !utf8.ValidString(s) {
+		return "not valid UTF-8"
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return "contains a NUL byte"
+	}
+	return ""
+}
