@@ -1,0 +1,375 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+)
+
+// fakeStore keeps committed claims in memory. It is only for the middleware's own logic;
+// the real stores are tested against real databases in the integration module.
+type fakeStore struct {
+	mu        sync.Mutex
+	committed map[[2]string]bool
+	claims    int
+	rollbacks int
+	claimErr  error
+	commitErr error
+	rbErr     error
+}
+
+type fakeTx struct {
+	store *fakeStore
+	key   [2]string
+	ended bool
+}
+
+func newFakeStore() *fakeStore { return &fakeStore{committed: map[[2]string]bool{}} }
+
+func (s *fakeStore) Claim(_ context.Context, consumer, key string) (inbox.Tx, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claims++
+	if s.claimErr != nil {
+		return nil, false, s.claimErr
+	}
+	k := [2]string{consumer, key}
+	if s.committed[k] {
+		return nil, false, nil
+	}
+	return &fakeTx{store: s, key: k}, true, nil
+}
+
+func (t *fakeTx) Driver() any { return t }
+
+func (t *fakeTx) Commit(context.Context) error {
+	t.store.mu.Lock()
+	defer t.store.mu.Unlock()
+	t.ended = true
+	if t.store.commitErr != nil {
+		return t.store.commitErr
+	}
+	t.store.committed[t.key] = true
+	return nil
+}
+
+func (t *fakeTx) Rollback(context.Context) error {
+	t.store.mu.Lock()
+	defer t.store.mu.Unlock()
+	t.ended = true
+	t.store.rollbacks++
+	return t.store.rbErr
+}
+
+func (s *fakeStore) isCommitted(consumer, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.committed[[2]string{consumer, key}]
+}
+
+func newHandler(t *testing.T, store inbox.Store, config inbox.Config, logger watermill.LoggerAdapter, h message.HandlerFunc) message.HandlerFunc {
+	t.Helper()
+	mw, err := inbox.NewMiddleware(store, config, logger)
+	if err != nil {
+		t.Fatalf("NewMiddleware: %v", err)
+	}
+	return mw(h)
+}
+
+func TestFirstDeliveryCommitsWithTxAndKeyInContext(t *testing.T) {
+	store := newFakeStore()
+	var sawTx *fakeTx
+	var sawKey string
+	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(msg *message.Message) ([]*message.Message, error) {
+		tx, ok := inbox.TxFromContext[*fakeTx](msg.Context())
+		if !ok {
+			t.Error("TxFromContext: no transaction in the handler's context")
+		}
+		if _, ok := inbox.TxFromContext[*strings.Builder](msg.Context()); ok {
+			t.Error("TxFromContext with the wrong type: ok = true, want false")
+		}
+		sawTx = tx
+		sawKey, _ = inbox.KeyFromContext(msg.Context())
+		return nil, nil
+	})
+
+	msg := message.NewMessage("order-1", nil)
+	if _, err := handler(msg); err != nil {
+		t.Fatalf("handler: %v", err)
+	}
+	if !store.isCommitted("billing", "order-1") {
+		t.Error("claim not committed")
+	}
+	if sawTx == nil || !sawTx.ended {
+		t.Error("the handler did not see the claim's transaction, or it was not ended")
+	}
+	if sawKey != "order-1" {
+		t.Errorf("KeyFromContext = %q, want order-1", sawKey)
+	}
+	if _, ok := inbox.TxFromContext[*fakeTx](msg.Context()); ok {
+		t.Error("the finished transaction is still in the message context after the middleware returned")
+	}
+}
+
+func TestDuplicateSkipsHandlerAndIsNotLoggedAsError(t *testing.T) {
+	store := newFakeStore()
+	logger := watermill.NewCaptureLogger()
+	calls := 0
+	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, logger, func(*message.Message) ([]*message.Message, error) {
+		calls++
+		return nil, nil
+	})
+
+	for range 3 {
+		if _, err := handler(message.NewMessage("order-1", nil)); err != nil {
+			t.Fatalf("handler: %v", err)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("handler ran %d times, want 1", calls)
+	}
+	captured := logger.Captured()
+	if len(captured[watermill.ErrorLogLevel]) != 0 {
+		t.Errorf("duplicates logged as errors: %v", captured[watermill.ErrorLogLevel])
+	}
+	if got := len(captured[watermill.DebugLogLevel]); got != 2 {
+		t.Errorf("%d debug logs, want one per duplicate (2)", got)
+	}
+}
+
+func TestHandlerErrorRollsBackAndRedeliveryRunsAgain(t *testing.T) {
+	store := newFakeStore()
+	failures := 1
+	calls := 0
+	errBusiness := errors.New("payment provider down")
+	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(*message.Message) ([]*message.Message, error) {
+		calls++
+		if failures > 0 {
+			failures--
+			return nil, errBusiness
+		}
+		return nil, nil
+	})
+
+	if _, err := handler(message.NewMessage("order-1", nil)); !errors.Is(err, errBusiness) {
+		t.Fatalf("first delivery: err = %v, want the handler's error", err)
+	}
+	if store.isCommitted("billing", "order-1") || store.rollbacks != 1 {
+		t.Fatalf("after a handler error: committed=%v rollbacks=%d, want false and 1",
+			store.isCommitted("billing", "order-1"), store.rollbacks)
+	}
+	if _, err := handler(message.NewMessage("order-1", nil)); err != nil {
+		t.Fatalf("redelivery: %v", err)
+	}
+	if calls != 2 || !store.isCommitted("billing", "order-1") {
+		t.Errorf("calls=%d committed=%v, want 2 and true", calls, store.isCommitted("billing", "order-1"))
+	}
+}
+
+func TestRollbackFailureIsJoinedToHandlerError(t *testing.T) {
+	store := newFakeStore()
+	store.rbErr = errors.New("connection reset")
+	errBusiness := errors.New("business")
+	handler := newHandler(t, store, inbox.Config{Consumer: "c"}, nil, func(*message.Message) ([]*message.Message, error) {
+		return nil, errBusiness
+	})
+	_, err := handler(message.NewMessage("k", nil))
+	if !errors.Is(err, errBusiness) || !errors.Is(err, store.rbErr) {
+		t.Errorf("err = %v, want both the handler's and the rollback's error", err)
+	}
+}
+
+func TestHandlerPanicRollsBackBeforeThePanicContinues(t *testing.T) {
+	store := newFakeStore()
+	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(*message.Message) ([]*message.Message, error) {
+		panic("boom")
+	})
+
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v, want the handler's panic", r)
+			}
+		}()
+		_, _ = handler(message.NewMessage("order-1", nil))
+	}()
+	if store.rollbacks != 1 || store.isCommitted("billing", "order-1") {
+		t.Errorf("rollbacks=%d committed=%v, want 1 and false", store.rollbacks, store.isCommitted("billing", "order-1"))
+	}
+}
+
+func TestCommitFailureIsAnError(t *testing.T) {
+	store := newFakeStore()
+	store.commitErr = errors.New("connection lost during COMMIT")
+	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(*message.Message) ([]*message.Message, error) {
+		return nil, nil
+	})
+	if _, err := handler(message.NewMessage("order-1", nil)); !errors.Is(err, store.commitErr) {
+		t.Errorf("err = %v, want the commit error", err)
+	}
+}
+
+func TestClaimFailureIsAnErrorAndSkipsHandler(t *testing.T) {
+	store := newFakeStore()
+	store.claimErr = errors.New("database unreachable")
+	called := false
+	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(*message.Message) ([]*message.Message, error) {
+		called = true
+		return nil, nil
+	})
+	if _, err := handler(message.NewMessage("order-1", nil)); !errors.Is(err, store.claimErr) {
+		t.Errorf("err = %v, want the claim error", err)
+	}
+	if called {
+		t.Error("handler ran without a claim")
+	}
+}
+
+func TestBadKeysAreErrorsAndNeverClaimed(t *testing.T) {
+	errKeyFunc := errors.New("no order id in metadata")
+	tests := []struct {
+		name string
+		key  func(*message.Message) (string, error)
+		want error
+	}{
+		{"empty", func(*message.Message) (string, error) { return "", nil }, inbox.ErrEmptyKey},
+		{"one byte too long", func(*message.Message) (string, error) { return strings.Repeat("k", inbox.MaxKeyLength+1), nil }, inbox.ErrKeyTooLong},
+		{"10 KB", func(*message.Message) (string, error) { return strings.Repeat("k", 10<<10), nil }, inbox.ErrKeyTooLong},
+		{"invalid UTF-8", func(*message.Message) (string, error) { return "order-\xff", nil }, inbox.ErrInvalidKey},
+		{"NUL byte", func(*message.Message) (string, error) { return "order\x00-1", nil }, inbox.ErrInvalidKey},
+		{"key function error", func(*message.Message) (string, error) { return "", errKeyFunc }, errKeyFunc},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newFakeStore()
+			called := false
+			handler := newHandler(t, store, inbox.Config{Consumer: "billing", Key: tt.key}, nil, func(*message.Message) ([]*message.Message, error) {
+				called = true
+				return nil, nil
+			})
+			if _, err := handler(message.NewMessage("uuid", nil)); !errors.Is(err, tt.want) {
+				t.Errorf("err = %v, want %v", err, tt.want)
+			}
+			if called || store.claims != 0 {
+				t.Errorf("handler called=%v, claims=%d; want neither", called, store.claims)
+			}
+		})
+	}
+}
+
+func TestLongestKeyIsAccepted(t *testing.T) {
+	store := newFakeStore()
+	key := strings.Repeat("é", inbox.MaxKeyLength/2) + "x" // exactly MaxKeyLength bytes
+	handler := newHandler(t, store, inbox.Config{Consumer: "c", Key: func(*message.Message) (string, error) { return key, nil }}, nil,
+		func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	if _, err := handler(message.NewMessage("uuid", nil)); err != nil {
+		t.Fatalf("key of %d bytes: %v", len(key), err)
+	}
+	if !store.isCommitted("c", key) {
+		t.Error("not committed")
+	}
+}
+
+func TestEmptyUUIDIsErrEmptyKeyByDefault(t *testing.T) {
+	store := newFakeStore()
+	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(*message.Message) ([]*message.Message, error) {
+		return nil, nil
+	})
+	if _, err := handler(message.NewMessage("", nil)); !errors.Is(err, inbox.ErrEmptyKey) {
+		t.Errorf("err = %v, want ErrEmptyKey", err)
+	}
+}
+
+func TestNoConsumerOutsideARouter(t *testing.T) {
+	store := newFakeStore()
+	handler := newHandler(t, store, inbox.Config{}, nil, func(*message.Message) ([]*message.Message, error) {
+		return nil, nil
+	})
+	if _, err := handler(message.NewMessage("order-1", nil)); !errors.Is(err, inbox.ErrNoConsumer) {
+		t.Errorf("err = %v, want ErrNoConsumer", err)
+	}
+	if store.claims != 0 {
+		t.Error("claimed without a consumer")
+	}
+}
+
+func TestConstructorRejectsBadConfig(t *testing.T) {
+	if _, err := inbox.NewMiddleware(nil, inbox.Config{}, nil); !errors.Is(err, inbox.ErrNilStore) {
+		t.Errorf("nil store: err = %v, want ErrNilStore", err)
+	}
+	long := strings.Repeat("c", inbox.MaxConsumerLength+1)
+	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: long}, nil); !errors.Is(err, inbox.ErrInvalidConsumer) {
+		t.Errorf("long consumer: err = %v, want ErrInvalidConsumer", err)
+	}
+	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: "bad\xff"}, nil); !errors.Is(err, inbox.ErrInvalidConsumer) {
+		t.Errorf("invalid UTF-8 consumer: err = %v, want ErrInvalidConsumer", err)
+	}
+}
+
+func TestContextHelpersOutsideTheMiddleware(t *testing.T) {
+	if _, ok := inbox.TxFromContext[any](context.Background()); ok {
+		t.Error("TxFromContext outside the middleware: ok = true")
+	}
+	if _, ok := inbox.KeyFromContext(context.Background()); ok {
+		t.Error("KeyFromContext outside the middleware: ok = true")
+	}
+}
+
+// The consumer defaults to the router handler's name, so two handlers on one topic each
+// process a message once.
+func TestConsumerDefaultsToRouterHandlerName(t *testing.T) {
+	store := newFakeStore()
+	mw, err := inbox.NewMiddleware(store, inbox.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddMiddleware(mw)
+
+	done := make(chan string, 2)
+	for _, name := range []string{"billing", "shipping"} {
+		router.AddConsumerHandler(name, "orders", pubSub, func(msg *message.Message) error {
+			done <- message.HandlerNameFromCtx(msg.Context())
+			return nil
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = router.Run(ctx) }()
+	<-router.Running()
+	t.Cleanup(func() { _ = router.Close() })
+
+	if err := pubSub.Publish("orders", message.NewMessage("order-1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("handlers did not run")
+		}
+	}
+	// The handler signals before the middleware commits: wait for the commits.
+	for _, consumer := range []string{"billing", "shipping"} {
+		deadline := time.Now().Add(10 * time.Second)
+		for !store.isCommitted(consumer, "order-1") {
+			if time.Now().After(deadline) {
+				t.Fatalf("no claim committed for consumer %q", consumer)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
