@@ -1,0 +1,359 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
+)
+
+// runner runs the suite's own SQL, written with ? placeholders, on a pool or inside the
+// handler's transaction.
+type runner interface {
+	exec(ctx context.Context, query string, args ...any) error
+	count(ctx context.Context, query string, args ...any) (int, error)
+}
+
+// backend is one store under test and what the suite needs around it.
+type backend struct {
+	store inbox.Store
+	// table is the inbox table; business the table the handlers write to.
+	table, business string
+	// direct reaches the database outside any inbox transaction, and never through the
+	// proxy that outage cuts.
+	direct runner
+	// inTx reaches the database through the transaction in a handler's context.
+	inTx func(ctx context.Context) (runner, bool)
+	// newStore builds a store on the same database with another table name.
+	newStore func(table string) (inbox.Store, error)
+	// commitFaults, called inside a handler, each make the coming COMMIT fail.
+	commitFaults map[string]func(ctx context.Context) error
+	// outage makes the database unavailable to the store until restore is called.
+	outage func() (restore func())
+	// retriable says whether a delivery error is the kind a redelivery fixes (deadlock,
+	// lock timeout, busy database); the suite counts them.
+	retriable func(error) bool
+}
+
+type newBackend func(t *testing.T) *backend
+
+var backends = map[string]newBackend{
+	"pgx/postgres":          pgxBackend,
+	"database-sql/postgres": stdlibPostgresBackend,
+	"database-sql/mariadb":  mysqlBackend,
+	"database-sql/sqlite":   sqliteBackend,
+}
+
+func pgxBackend(t *testing.T) *backend {
+	ctx := context.Background()
+	directURL := testenv.PostgresURL(t)
+	proxy := startProxy(t, hostOf(t, directURL))
+	direct := openPgxPool(t, directURL)
+	proxied := openPgxPool(t, withHost(t, directURL, proxy.Addr()))
+
+	table := testenv.Name("inbox")
+	store, err := sqlinbox.NewPgx(proxied, sqlinbox.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{
+		store:  store,
+		table:  table,
+		direct: pgxRunner{direct},
+		inTx: func(ctx context.Context) (runner, bool) {
+			tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
+			return pgxRunner{tx}, ok
+		},
+		newStore: func(table string) (inbox.Store, error) {
+			return sqlinbox.NewPgx(proxied, sqlinbox.Config{Table: table})
+		},
+		outage:    func() func() { proxy.Cut(); return proxy.Restore },
+		retriable: func(error) bool { return false },
+	}
+	if err := store.InitializeSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	postgresFaults(t, b)
+	createBusinessTable(t, b)
+	return b
+}
+
+func stdlibPostgresBackend(t *testing.T) *backend {
+	ctx := context.Background()
+	directURL := testenv.PostgresURL(t)
+	proxy := startProxy(t, hostOf(t, directURL))
+	direct := openSQL(t, "pgx", directURL)
+	proxied := openSQL(t, "pgx", withHost(t, directURL, proxy.Addr()))
+
+	b := sqlBackend(t, proxied, direct, sqlinbox.Postgres)
+	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
+	b.retriable = func(error) bool { return false }
+	if err := b.store.(*sqlinbox.SQLStore).InitializeSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	postgresFaults(t, b)
+	createBusinessTable(t, b)
+	return b
+}
+
+func mysqlBackend(t *testing.T) *backend {
+	ctx := context.Background()
+	dsn := testenv.MySQLDSN(t)
+	start, end := strings.Index(dsn, "tcp("), strings.Index(dsn, ")/")
+	if start < 0 || end < 0 {
+		t.Fatalf("MySQL DSN %q: want the form user@tcp(host:port)/db", dsn)
+	}
+	proxy := startProxy(t, dsn[start+4:end])
+	direct := openSQL(t, "mysql", dsn)
+	proxied := openSQL(t, "mysql", dsn[:start+4]+proxy.Addr()+dsn[end:])
+
+	b := sqlBackend(t, proxied, direct, sqlinbox.MySQL)
+	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
+	// InnoDB resolves some races between copies of one key with a deadlock error or a
+	// lock wait timeout; the claim fails, the message is nacked and redelivered.
+	b.retriable = func(err error) bool {
+		s := err.Error()
+		return strings.Contains(s, "Error 1213") || strings.Contains(s, "Error 1205")
+	}
+	if err := b.store.(*sqlinbox.SQLStore).InitializeSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.commitFaults = map[string]func(ctx context.Context) error{
+		"connection killed before COMMIT": func(ctx context.Context) error {
+			r, _ := b.inTx(ctx)
+			id, err := r.count(ctx, "SELECT CONNECTION_ID()")
+			if err != nil {
+				return err
+			}
+			return b.direct.exec(ctx, "KILL "+strconv.Itoa(id))
+		},
+	}
+	createBusinessTable(t, b)
+	return b
+}
+
+func sqliteBackend(t *testing.T) *backend {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)"
+	db := openSQL(t, "sqlite", dsn)
+
+	b := sqlBackend(t, db, db, sqlinbox.SQLite)
+	// SQLite has no server to lose: its outage is another writer holding the lock.
+	b.outage = func() func() {
+		lock := openSQL(t, "sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+		conn, err := lock.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			_, _ = conn.ExecContext(ctx, "ROLLBACK")
+			conn.Close()
+		}
+	}
+	b.retriable = func(err error) bool { return strings.Contains(err.Error(), "SQLITE_BUSY") }
+	if err := b.store.(*sqlinbox.SQLStore).InitializeSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	createBusinessTable(t, b)
+	parent, child := b.business+"_parent", b.business+"_child"
+	mustExec(t, b.direct, "CREATE TABLE "+parent+" (id INTEGER PRIMARY KEY)")
+	mustExec(t, b.direct, "CREATE TABLE "+child+" (pid INTEGER REFERENCES "+parent+"(id) DEFERRABLE INITIALLY DEFERRED)")
+	b.commitFaults = map[string]func(ctx context.Context) error{
+		"deferred foreign key fails at COMMIT": func(ctx context.Context) error {
+			r, _ := b.inTx(ctx)
+			return r.exec(ctx, "INSERT INTO "+child+" (pid) VALUES (42)")
+		},
+	}
+	return b
+}
+
+// sqlBackend is what the three database/sql backends share.
+func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect) *backend {
+	table := testenv.Name("inbox")
+	store, err := sqlinbox.New(storeDB, dialect, sqlinbox.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dollar := dialect == sqlinbox.Postgres
+	return &backend{
+		store:  store,
+		table:  table,
+		direct: sqlRunner{direct, dollar},
+		inTx: func(ctx context.Context) (runner, bool) {
+			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
+			return sqlRunner{tx, dollar}, ok
+		},
+		newStore: func(table string) (inbox.Store, error) {
+			return sqlinbox.New(storeDB, dialect, sqlinbox.Config{Table: table})
+		},
+	}
+}
+
+// postgresFaults: a deferred unique constraint that fails only at COMMIT, and a backend
+// terminated by the server before COMMIT.
+func postgresFaults(t *testing.T, b *backend) {
+	faults := testenv.Name("faults")
+	mustExec(t, b.direct, "CREATE TABLE "+faults+" (v int, CONSTRAINT "+faults+"_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)")
+	t.Cleanup(func() { _ = b.direct.exec(context.Background(), "DROP TABLE "+faults) })
+	b.commitFaults = map[string]func(ctx context.Context) error{
+		"deferred constraint fails at COMMIT": func(ctx context.Context) error {
+			r, _ := b.inTx(ctx)
+			return r.exec(ctx, "INSERT INTO "+faults+" (v) VALUES (1), (1)")
+		},
+		"connection terminated before COMMIT": func(ctx context.Context) error {
+			r, _ := b.inTx(ctx)
+			pid, err := r.count(ctx, "SELECT pg_backend_pid()")
+			if err != nil {
+				return err
+			}
+			// The timeout makes pg_terminate_backend wait until the backend is gone.
+			return b.direct.exec(ctx, "SELECT pg_terminate_backend(?, 5000)", pid)
+		},
+	}
+}
+
+// createBusinessTable creates the table handlers write to. It has no unique key, so a
+// message processed twice shows up as two rows.
+func createBusinessTable(t *testing.T, b *backend) {
+	b.business = testenv.Name("invoices")
+	mustExec(t, b.direct, "CREATE TABLE "+b.business+" (consumer VARCHAR(255) NOT NULL, msg_key VARCHAR(255) NOT NULL)")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, table := range []string{b.business, b.business + "_child", b.business + "_parent", b.table} {
+			_ = b.direct.exec(ctx, "DROP TABLE IF EXISTS "+table)
+		}
+	})
+}
+
+func mustExec(t *testing.T, r runner, query string) {
+	t.Helper()
+	if err := r.exec(context.Background(), query); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// pgxRunner works on a *pgxpool.Pool and on a pgx.Tx.
+type pgxRunner struct {
+	q interface {
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	}
+}
+
+func (r pgxRunner) exec(ctx context.Context, query string, args ...any) error {
+	_, err := r.q.Exec(ctx, dollarPlaceholders(query), args...)
+	return err
+}
+
+func (r pgxRunner) count(ctx context.Context, query string, args ...any) (n int, err error) {
+	err = r.q.QueryRow(ctx, dollarPlaceholders(query), args...).Scan(&n)
+	return n, err
+}
+
+// sqlRunner works on a *sql.DB and on a *sql.Tx.
+type sqlRunner struct {
+	q interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+	dollar bool
+}
+
+func (r sqlRunner) rebind(query string) string {
+	if r.dollar {
+		return dollarPlaceholders(query)
+	}
+	return query
+}
+
+func (r sqlRunner) exec(ctx context.Context, query string, args ...any) error {
+	_, err := r.q.ExecContext(ctx, r.rebind(query), args...)
+	return err
+}
+
+func (r sqlRunner) count(ctx context.Context, query string, args ...any) (n int, err error) {
+	err = r.q.QueryRowContext(ctx, r.rebind(query), args...).Scan(&n)
+	return n, err
+}
+
+// dollarPlaceholders turns ? into $1, $2, ... for PostgreSQL.
+func dollarPlaceholders(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range query {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func openPgxPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	config, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(context.Background(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func openSQL(t *testing.T, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(16)
+	db.SetConnMaxIdleTime(time.Minute)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func hostOf(t *testing.T, rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Port() == "" {
+		return u.Hostname() + ":5432"
+	}
+	return u.Host
+}
+
+func withHost(t *testing.T, rawURL, host string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = host
+	return u.String()
+}
