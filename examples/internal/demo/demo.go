@@ -1,0 +1,205 @@
+// Package demo is the program every broker example runs once it has built its publisher and
+// subscriber: the same router, inbox middleware and billing handler whatever the broker.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/examples/billing"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
+)
+
+// DefaultPostgresURL is where the examples find PostgreSQL unless told otherwise.
+const DefaultPostgresURL = testenv.DefaultPostgresURL
+
+// Options configures Run.
+type Options struct {
+	// PostgresURL is the database for the inbox and the invoices.
+	PostgresURL string
+	// Topic to publish to and consume from.
+	Topic string
+	// Orders is how many distinct orders to publish, each 1-3 times. Default: 200.
+	Orders int
+	// Publisher and Subscriber are the broker's. Run closes neither; the router closes the
+	// subscriber.
+	Publisher  message.Publisher
+	Subscriber message.Subscriber
+	// Out receives the result table.
+	Out io.Writer
+}
+
+// Run creates an inbox table and an invoice table (random names, dropped at the end), runs
+// the billing handler behind the inbox middleware in a router, publishes the orders with
+// duplicates, waits until every order is invoiced, prints what happened, and returns an
+// error unless every order got exactly one invoice.
+func Run(ctx context.Context, o Options) error {
+	if o.Orders == 0 {
+		o.Orders = 200
+	}
+	pool, err := pgxpool.New(ctx, o.PostgresURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	// The inbox: a table, a store on it, and the middleware.
+	inboxTable := testenv.Name("inbox")
+	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: inboxTable})
+	if err != nil {
+		return err
+	}
+	if err := store.InitializeSchema(ctx); err != nil {
+		return err
+	}
+	defer pool.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+inboxTable)
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{}, nil)
+	if err != nil {
+		return err
+	}
+
+	// The business side: an invoice table and the handler that writes it.
+	invoices, err := billing.NewInvoices(inbox.DialectPostgres, testenv.Name("invoices"))
+	if err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, invoices.CreateTableSQL()); err != nil {
+		return err
+	}
+	defer pool.Exec(context.WithoutCancel(ctx), invoices.DropTableSQL())
+
+	// Counters for the table printed at the end.
+	var deliveries, processed atomic.Int64
+	count := func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			deliveries.Add(1)
+			return h(msg)
+		}
+	}
+	handle := func(msg *message.Message) error {
+		if err := invoices.Handle(msg); err != nil {
+			return err
+		}
+		processed.Add(1) // inside the inbox transaction: once per order
+		return nil
+	}
+
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	router.AddConsumerHandler("billing", o.Topic, o.Subscriber, handle).AddMiddleware(count, inboxMiddleware)
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(ctx) }()
+	defer router.Close()
+	select {
+	case <-router.Running():
+	case err := <-runErr:
+		return fmt.Errorf("router: %w", err)
+	}
+
+	published, err := publishOrders(o.Publisher, o.Topic, o.Orders)
+	if err != nil {
+		return err
+	}
+
+	deadline := time.Now().Add(60 * time.Second)
+	for processed.Load() < int64(o.Orders) || deliveries.Load() < int64(published) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 60s: %d of %d orders processed, %d of %d messages delivered",
+				processed.Load(), o.Orders, deliveries.Load(), published)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := router.Close(); err != nil {
+		return err
+	}
+
+	counts, err := invoices.CountPgx(ctx, pool)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "unique orders\t%d\t\n", o.Orders)
+	fmt.Fprintf(tw, "messages published\t%d\t\n", published)
+	fmt.Fprintf(tw, "deliveries\t%d\t\n", deliveries.Load())
+	fmt.Fprintf(tw, "invoices created\t%d\t\n", counts.Invoices)
+	fmt.Fprintf(tw, "duplicates skipped\t%d\t\n", deliveries.Load()-processed.Load())
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if counts.Invoices != o.Orders {
+		return fmt.Errorf("%d invoices for %d orders", counts.Invoices, o.Orders)
+	}
+	return nil
+}
+
+// publishOrders publishes n orders, each 1-3 times, the copies of every other order from
+// separate goroutines at once. It returns how many messages it published.
+func publishOrders(pub message.Publisher, topic string, n int) (int, error) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	published := 0
+	for i := range n {
+		order := billing.OrderPlaced{OrderID: watermill.NewUUID(), AmountCents: int64(100 + rand.IntN(10000))}
+		copies := 1 + rand.IntN(3)
+		published += copies
+		for range copies {
+			msg, err := billing.NewOrderMessage(order)
+			if err != nil {
+				return 0, err
+			}
+			send := func() {
+				if err := pub.Publish(topic, msg); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+			if i%2 == 0 {
+				wg.Go(send)
+			} else {
+				send()
+			}
+		}
+	}
+	wg.Wait()
+	return published, errors.Join(errs...)
+}
+
+// The default address of every service the examples use: internal/testenv's defaults, and
+// Kafka's usual port. docker-compose.yml publishes each of them (TestComposePublishesDefaults).
+const (
+	DefaultAMQPURL      = testenv.DefaultAMQPURL
+	DefaultNATSURL      = testenv.DefaultNATSURL
+	DefaultRedisAddr    = testenv.DefaultRedisAddr
+	DefaultKafkaBrokers = "127.0.0.1:9092"
+)
+
+// DefaultAddresses lists every default address above, by service, for the compose test.
+var DefaultAddresses = map[string]string{
+	"PostgreSQL": DefaultPostgresURL,
+	"MariaDB":    testenv.DefaultMySQLDSN,
+	"RabbitMQ":   DefaultAMQPURL,
+	"NATS":       DefaultNATSURL,
+	"Redis":      DefaultRedisAddr,
+	"Kafka":      DefaultKafkaBrokers,
+}
