@@ -1,0 +1,54 @@
+// Package inbox makes a Watermill message handler an idempotent consumer: a message that is
+// delivered twice (broker redelivery, consumer timeout, an outbox relay restarting) has the
+// same durable effect as one delivered once.
+//
+// # The pattern
+//
+// NewMiddleware returns a router middleware. For every message it begins a database
+// transaction and claims (consumer, key) in the inbox table, whose primary key is exactly
+// that pair, with an insert that skips a conflict. The handler receives the same
+// transaction through the message context (TxFromContext) and writes its business change
+// in it:
+//
+//   - the claim is new: the handler runs; on success the transaction commits and the router
+//     acks; on an error or a panic it rolls back, which releases the claim, and the router
+//     nacks, so the redelivery runs the handler again;
+//   - the claim hits the key: the message was processed before; the handler is skipped and
+//     the message is acked.
+//
+// The database's primary key is the only duplicate check. There is no "select, then insert"
+// step that two copies arriving at once could both pass: the second copy's insert waits for
+// the first copy's transaction and then either finds the key (first committed) or takes it
+// (first rolled back).
+//
+// The middleware touches only the message and the router, so it works with every Watermill
+// Pub/Sub unchanged. Stores for PostgreSQL (pgx v5 or database/sql), MySQL/MariaDB and
+// SQLite are in the sqlinbox package.
+//
+// # Guarantees
+//
+// For every consumer, each key's database effects written through the inbox transaction
+// commit at most once, and a message is acked only after they committed or after its key was
+// found committed. An error anywhere (claim, handler, commit, lost connection, invalid key,
+// missing consumer name) is returned to the router, which nacks; nothing is acked silently.
+//
+// # Out of scope
+//
+// Effects outside the database cannot be rolled back with the transaction: an email sent or
+// an HTTP call made by a handler whose transaction then fails will be made again on the
+// redelivery. Pass KeyFromContext on as the idempotency key of such calls (payment
+// providers and most email APIs accept one). Messages a handler returns are published by the
+// router after the commit; if that publish fails, the redelivery is acked as a duplicate and
+// those messages are not produced again, so write outgoing messages through a transactional
+// outbox in the same transaction (watermill-sql's publisher accepts a transaction).
+//
+// # Middleware order
+//
+// Add the inbox innermost, inside middleware.Retry and middleware.PoisonQueue:
+//
+//	router.AddMiddleware(poisonQueue, retry.Middleware, inboxMiddleware)
+//
+// so that every retry runs in a fresh transaction (with Retry inside, a failed attempt's
+// writes would commit together with the retry's) and a message that cannot be claimed, such
+// as one without a UUID, ends in the poison queue instead of being redelivered for ever.
+package inbox

@@ -1,0 +1,26 @@
+// Package sqlinbox implements inbox.Store on SQL databases.
+//
+// Two adapters run the SQL: PgxStore for PostgreSQL through pgx v5 (handlers get a pgx.Tx),
+// and SQLStore for any database/sql driver (handlers get a *sql.Tx). A Dialect renders the
+// statements for PostgreSQL, MySQL/MariaDB or SQLite; the DDL itself is defined in the inbox
+// package's schema.go, and SchemaSQL returns it for teams that run their own migrations.
+//
+// # Drivers and settings
+//
+//   - PostgreSQL, pgx: give NewPgx a *pgxpool.Pool. BEGIN and the claim travel in one
+//     pipelined batch. Keep the default QueryExecModeCacheStatement.
+//   - PostgreSQL, database/sql: sql.Open("pgx", url) with github.com/jackc/pgx/v5/stdlib, and
+//     the Postgres dialect.
+//   - MySQL/MariaDB: github.com/go-sql-driver/mysql with the MySQL dialect. Add
+//     interpolateParams=true to the DSN (one round trip per statement instead of three);
+//     do not set clientFoundRows=true (the claim reads the affected-row count).
+//   - SQLite: modernc.org/sqlite (or any driver) with the SQLite dialect and a busy timeout
+//     in the DSN, e.g. "file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
+//     so concurrent writers wait for the lock instead of failing.
+//
+// # Privileges
+//
+// Claims need, on the inbox table: INSERT and SELECT on PostgreSQL (ON CONFLICT with a
+// conflict target reads the key); INSERT, SELECT and UPDATE on MySQL/MariaDB (ON DUPLICATE
+// KEY UPDATE needs all three). InitializeSchema needs CREATE.
+package sqlinbox
