@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
+)
+
+// The README states the privileges the claims need; these tests log in as a role holding
+// exactly those grants (and one grant fewer) and claim a key twice.
+
+func TestPostgresPrivileges(t *testing.T) {
+	ctx := context.Background()
+	admin := openPgxPool(t, testenv.PostgresURL(t))
+	table := testenv.Name("inbox")
+	adminStore, err := sqlinbox.NewPgx(admin, sqlinbox.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adminStore.InitializeSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP TABLE "+table) })
+
+	for _, tc := range []struct {
+		grants string
+		works  bool
+	}{
+		{"INSERT, SELECT", true},
+		{"INSERT", false},
+	} {
+		t.Run(tc.grants, func(t *testing.T) {
+			role := testenv.Name("claimer")
+			mustPgExec(t, admin, "CREATE ROLE "+role+" LOGIN")
+			t.Cleanup(func() {
+				_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+role)
+				_, _ = admin.Exec(context.Background(), "DROP ROLE "+role)
+			})
+			mustPgExec(t, admin, "GRANT "+tc.grants+" ON "+table+" TO "+role)
+
+			u, _ := url.Parse(testenv.PostgresURL(t))
+			u.User = url.User(role)
+			pool, err := pgxpool.New(ctx, u.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkClaimsWith(t, store, tc.works)
+		})
+	}
+}
+
+func TestMySQLPrivileges(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.MySQLDSN(t)
+	admin := openSQL(t, "mysql", dsn)
+	table := testenv.Name("inbox")
+	adminStore, err := sqlinbox.New(admin, sqlinbox.MySQL, sqlinbox.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adminStore.InitializeSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec("DROP TABLE " + table) })
+	var database string
+	if err := admin.QueryRow("SELECT DATABASE()").Scan(&database); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		grants string
+		works  bool
+	}{
+		{"INSERT, SELECT, UPDATE", true},
+		{"INSERT, SELECT", false},
+	} {
+		t.Run(tc.grants, func(t *testing.T) {
+			user := testenv.Name("claimer")
+			mustSQLExec(t, admin, "CREATE USER '"+user+"'@'%'")
+			t.Cleanup(func() { _, _ = admin.Exec("DROP USER '" + user + "'@'%'") })
+			mustSQLExec(t, admin, "GRANT "+tc.grants+" ON `"+database+"`.`"+table+"` TO '"+user+"'@'%'")
+
+			at := strings.Index(dsn, "@")
+			db := openSQL(t, "mysql", user+dsn[at:])
+			store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkClaimsWith(t, store, tc.works)
+		})
+	}
+}
+
+// checkClaimsWith claims one key twice: with enough privileges the first claim is new and
+// the second a duplicate; without, both are errors (a nack), never a claim or a skip.
+func checkClaimsWith(t *testing.T, store inbox.Store, enough bool) {
+	t.Helper()
+	ctx := context.Background()
+	key := testenv.Name("order")
+	for i, wantNew := range []bool{true, false} {
+		tx, isNew, err := store.Claim(ctx, "billing", key)
+		if !enough {
+			if err == nil {
+				t.Fatalf("claim %d succeeded without the privileges the README lists", i+1)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("claim %d: %v", i+1, err)
+		}
+		if isNew != wantNew {
+			t.Fatalf("claim %d: new = %v, want %v", i+1, isNew, wantNew)
+		}
+		if isNew {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func mustPgExec(t *testing.T, pool *pgxpool.Pool, query string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), query); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func mustSQLExec(t *testing.T, db *sql.DB, query string) {
+	t.Helper()
+	if _, err := db.Exec(query); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
