@@ -1,0 +1,96 @@
+package inbox_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+)
+
+// FuzzTableNameIsOnlyIdentifiers checks the one piece of text the inbox puts into SQL: a
+// table name that ValidateTableName accepts is one or two parts joined by a dot, each made of
+// [A-Za-z0-9_] only, 1-63 bytes, not starting with a digit; everything else is rejected with
+// ErrInvalidTableName. QuoteTableName and CreateTableSQL agree with ValidateTableName, and
+// quoting wraps each part in the dialect's quote without ever putting a quote inside a part.
+//
+// Seeds are in testdata/fuzz/FuzzTableNameIsOnlyIdentifiers; run it with
+//
+//	go test -run '^$' -fuzz '^FuzzTableNameIsOnlyIdentifiers$' -fuzztime 10s .
+func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
+	for _, seed := range []string{
+		"inbox", "billing.inbox", "_x", "A_b_9", "", ".", "a.b.c", "1inbox", `in"box`, "in`box",
+		"inbox; DROP TABLE users", "inbóx", "inbox\x00", strings.Repeat("t", 63), strings.Repeat("t", 64),
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := inbox.ValidateTableName(name)
+		want := referenceTableName(name)
+		if (err == nil) != want {
+			t.Fatalf("ValidateTableName(%q) = %v, but the reference rule says valid=%v", name, err, want)
+		}
+		if err != nil && !errors.Is(err, inbox.ErrInvalidTableName) {
+			t.Fatalf("ValidateTableName(%q) = %v, want an error wrapping ErrInvalidTableName", name, err)
+		}
+
+		for _, d := range []struct{ dialect, quote string }{
+			{inbox.DialectPostgres, `"`}, {inbox.DialectSQLite, `"`}, {inbox.DialectMySQL, "`"},
+		} {
+			quoted, qErr := inbox.QuoteTableName(d.dialect, name)
+			if (qErr == nil) != (err == nil) {
+				t.Fatalf("%s: QuoteTableName(%q) err = %v, ValidateTableName err = %v", d.dialect, name, qErr, err)
+			}
+			ddl, dErr := inbox.CreateTableSQL(d.dialect, name)
+			if (dErr == nil) != (err == nil) {
+				t.Fatalf("%s: CreateTableSQL(%q) err = %v, ValidateTableName err = %v", d.dialect, name, dErr, err)
+			}
+			if err != nil {
+				if !errors.Is(qErr, inbox.ErrInvalidTableName) || !errors.Is(dErr, inbox.ErrInvalidTableName) {
+					t.Fatalf("%s: %q: QuoteTableName err = %v, CreateTableSQL err = %v, want ErrInvalidTableName",
+						d.dialect, name, qErr, dErr)
+				}
+				continue
+			}
+			parts := strings.Split(name, ".")
+			quotedParts := strings.Split(quoted, ".")
+			if len(quotedParts) != len(parts) {
+				t.Fatalf("%s: QuoteTableName(%q) = %q: %d parts, want %d", d.dialect, name, quoted, len(quotedParts), len(parts))
+			}
+			for i, qp := range quotedParts {
+				inner, ok := strings.CutPrefix(qp, d.quote)
+				if ok {
+					inner, ok = strings.CutSuffix(inner, d.quote)
+				}
+				if !ok || inner != parts[i] {
+					t.Fatalf("%s: QuoteTableName(%q) = %q: part %q is not %s%s%s", d.dialect, name, quoted, qp, d.quote, parts[i], d.quote)
+				}
+				if strings.ContainsAny(inner, "\"`'") {
+					t.Fatalf("%s: QuoteTableName(%q) = %q: a quote inside part %q", d.dialect, name, quoted, inner)
+				}
+			}
+			if !strings.HasPrefix(ddl, "CREATE TABLE IF NOT EXISTS "+quoted+" (") {
+				t.Fatalf("%s: CreateTableSQL(%q) does not start with the quoted name %q: %.80q", d.dialect, name, quoted, ddl)
+			}
+		}
+	})
+}
+
+// referenceTableName is the rule ValidateTableName documents, written independently.
+func referenceTableName(name string) bool {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return false
+	}
+	for _, p := range parts {
+		if len(p) == 0 || len(p) > 63 || ('0' <= p[0] && p[0] <= '9') {
+			return false
+		}
+		for _, c := range []byte(p) {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
