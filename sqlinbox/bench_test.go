@@ -43,6 +43,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"net"
 	"runtime"
 	"slices"
@@ -323,10 +324,11 @@ func benchVariants(b *testing.B, store inbox.Store, business, inInbox message.Ha
 			for _, v := range []*benchVariant{biz, first, dup} {
 				v.report(b)
 			}
-			if len(ratios) >= 5 {
-				b.Logf("%d rounds of %d msgs: per pair of rounds, inbox/business throughput median %.3f, quartiles [%.3f, %.3f], range [%.3f, %.3f]; duplicate/first delivery time median %.3f, quartiles [%.3f, %.3f]",
-					rounds, b.N/rounds, benchQuantile(ratios, 0.5), benchQuantile(ratios, 0.25), benchQuantile(ratios, 0.75),
-					ratios[0], ratios[len(ratios)-1],
+			if len(ratios) >= 6 {
+				lo, hi := benchMedianCI(ratios)
+				b.Logf("%d pairs of rounds of %d msgs: inbox/business throughput median %.3f (95%% CI [%.3f, %.3f]), quartiles [%.3f, %.3f], range [%.3f, %.3f]; duplicate/first delivery time median %.3f, quartiles [%.3f, %.3f]",
+					len(ratios), b.N/rounds, benchQuantile(ratios, 0.5), lo, hi,
+					benchQuantile(ratios, 0.25), benchQuantile(ratios, 0.75), ratios[0], ratios[len(ratios)-1],
 					benchQuantile(dupCosts, 0.5), benchQuantile(dupCosts, 0.25), benchQuantile(dupCosts, 0.75))
 			}
 		})
@@ -409,6 +411,14 @@ func benchQuantile(sorted []float64, q float64) float64 {
 		return sorted[len(sorted)-1]
 	}
 	return sorted[i] + (pos-float64(i))*(sorted[i+1]-sorted[i])
+}
+
+// benchMedianCI returns a distribution-free confidence interval of about 95% for the median
+// of sorted: the order statistics n/2 ± 0.98·√n (normal approximation to the binomial).
+func benchMedianCI(sorted []float64) (lo, hi float64) {
+	n := len(sorted)
+	k := max(0, int(math.Floor(float64(n)/2-0.98*math.Sqrt(float64(n)))))
+	return sorted[k], sorted[n-1-k]
 }
 
 // benchCountingDialer dials TCP and counts every write to the server: pgx buffers a request
