@@ -1,6 +1,10 @@
 package inbox
 
-import "errors"
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
 
 // Errors returned for a message the middleware cannot claim. The middleware returns them
 // from the handler, so the router nacks the message; none of them is ever an ack.
@@ -32,4 +36,31 @@ var (
 
 	// ErrNilStore is returned by NewMiddleware when the store is nil.
 	ErrNilStore = errors.New("inbox: store is nil")
+
+	// ErrTxEndedByHandler is wrapped by the error a store's Commit or Rollback returns when
+	// the handler committed or rolled back the inbox transaction itself. The transaction
+	// belongs to the middleware; the message is nacked, and its redelivery is either a
+	// duplicate (the handler committed) or processed again (it rolled back).
+	ErrTxEndedByHandler = errors.New("inbox: the handler ended the inbox transaction itself")
+
+	// ErrFingerprintMismatch is matched (errors.Is) by every *FingerprintMismatchError.
+	ErrFingerprintMismatch = errors.New("inbox: duplicate key with a different payload")
 )
+
+// FingerprintMismatchError reports a message whose key was processed before with a
+// different payload: a producer that reuses IDs, or a key function that is not specific
+// enough. What the middleware does with it is Config.OnFingerprintMismatch.
+type FingerprintMismatchError struct {
+	Consumer string
+	Key      string
+	// Stored is the fingerprint of the payload processed first; Received the new one's.
+	Stored, Received []byte
+}
+
+func (e *FingerprintMismatchError) Error() string {
+	return fmt.Sprintf("inbox: key %q of consumer %q was processed with payload fingerprint %s, this copy has %s",
+		e.Key, e.Consumer, hex.EncodeToString(e.Stored), hex.EncodeToString(e.Received))
+}
+
+// Is makes errors.Is(err, ErrFingerprintMismatch) true.
+func (e *FingerprintMismatchError) Is(target error) bool { return target == ErrFingerprintMismatch }

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,9 +22,17 @@ type Config struct {
 	Consumer string
 
 	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8.
-	// Default: msg.UUID. An empty key fails the message with ErrEmptyKey; it is never
-	// skipped silently.
+	// Default: UUIDKey (msg.UUID). KeyFromMetadata reads a business key instead. An empty
+	// key fails the message with ErrEmptyKey; it is never skipped silently.
 	Key func(*message.Message) (string, error)
+
+	// Fingerprint returns a fingerprint of the message, stored with the claim and compared
+	// when a duplicate arrives. Default: PayloadSHA256. Return nil to store and compare none.
+	Fingerprint func(*message.Message) []byte
+
+	// OnFingerprintMismatch is what happens to a duplicate whose fingerprint differs from the
+	// stored one. Default: RejectMismatch (nack with a *FingerprintMismatchError).
+	OnFingerprintMismatch MismatchPolicy
 }
 
 // rollbackTimeout bounds a rollback that runs after the message context is done, so that a
@@ -32,11 +41,17 @@ const rollbackTimeout = 10 * time.Second
 
 func (c *Config) setDefaults() {
 	if c.Key == nil {
-		c.Key = func(msg *message.Message) (string, error) { return msg.UUID, nil }
+		c.Key = UUIDKey
+	}
+	if c.Fingerprint == nil {
+		c.Fingerprint = PayloadSHA256
 	}
 }
 
 func (c Config) validate() error {
+	if c.OnFingerprintMismatch != RejectMismatch && c.OnFingerprintMismatch != AckMismatch {
+		return fmt.Errorf("inbox: unknown OnFingerprintMismatch policy %d", c.OnFingerprintMismatch)
+	}
 	if c.Consumer != "" {
 		return validateConsumer(c.Consumer)
 	}
@@ -47,10 +62,13 @@ func (c Config) validate() error {
 //
 // For each message it begins a transaction in store and claims (consumer, key) in it. If
 // the claim is new, the handler runs with the transaction in msg.Context() (see
-// TxFromContext); when the handler succeeds the transaction commits and the router acks,
-// when it fails or panics the transaction rolls back, releasing the claim, and the router
-// nacks, so a redelivery runs the handler again. If the key was claimed by an earlier
-// delivery that committed, the handler is skipped and the message is acked.
+// TxFromContext); when the handler succeeds, the messages it returned are recorded with the
+// claim, the transaction commits and the router publishes them and acks; when it fails or
+// panics the transaction rolls back, releasing the claim, and the router nacks, so a
+// redelivery runs the handler again. If the key was claimed by an earlier delivery that
+// committed, the handler is skipped, the messages that delivery's handler returned are
+// returned again (the router republishes them with their original UUIDs, in case the first
+// publish failed) and the message is acked.
 //
 // Add it inside middleware.Retry, so that every retry gets a fresh transaction, and inside
 // middleware.PoisonQueue: router.AddMiddleware(poisonQueue, retry.Middleware, inboxMiddleware).
@@ -95,13 +113,13 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 	fields := watermill.LogFields{"consumer": consumer, "message_uuid": msg.UUID, "idempotency_key": key}
 
 	ctx := msg.Context()
-	tx, isNew, err := m.store.Claim(ctx, consumer, key)
+	fingerprint := m.config.Fingerprint(msg)
+	tx, prior, err := m.store.Claim(ctx, Claim{Consumer: consumer, Key: key, Fingerprint: fingerprint})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: claim key %q for consumer %q: %w", key, consumer, err)
 	}
-	if !isNew {
-		m.logger.Debug("Inbox: duplicate message skipped", fields)
-		return nil, nil
+	if prior != nil {
+		return m.duplicate(consumer, key, fingerprint, prior, fields)
 	}
 
 	msg.SetContext(withClaim(ctx, claimed{tx: tx.Driver(), key: key}))
@@ -122,13 +140,35 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 		return nil, err
 	}
 
+	encoded, err := encodeProduced(produced)
+	if err != nil {
+		return nil, errors.Join(err, m.rollback(ctx, tx, fields))
+	}
 	// A commit that fails may still have been made durable by the server before the
 	// connection broke. Either way we nack: the redelivery finds the claim committed and is
 	// acked as a duplicate, or finds it absent and runs the handler again.
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.Commit(ctx, encoded); err != nil {
 		return nil, fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", key, consumer, err)
 	}
 	m.logger.Trace("Inbox: message processed", fields)
+	return produced, nil
+}
+
+// duplicate acks a message whose key is committed, returning what its first handler run
+// produced, unless its payload differs and the policy rejects that.
+func (m *middleware) duplicate(consumer, key string, fingerprint []byte, prior *Processed, fields watermill.LogFields) ([]*message.Message, error) {
+	if fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(fingerprint, prior.Fingerprint) {
+		mismatch := &FingerprintMismatchError{Consumer: consumer, Key: key, Stored: prior.Fingerprint, Received: fingerprint}
+		if m.config.OnFingerprintMismatch == RejectMismatch {
+			return nil, mismatch
+		}
+		m.logger.Error("Inbox: duplicate key with a different payload acked", mismatch, fields)
+	}
+	produced, err := decodeProduced(prior.Produced)
+	if err != nil {
+		return nil, err
+	}
+	m.logger.Debug("Inbox: duplicate message skipped", fields.Add(watermill.LogFields{"republished": len(produced)}))
 	return produced, nil
 }
 

@@ -19,7 +19,7 @@ import (
 // the real stores are tested against real databases in the integration module.
 type fakeStore struct {
 	mu        sync.Mutex
-	committed map[[2]string]bool
+	committed map[[2]string]*inbox.Processed
 	claims    int
 	rollbacks int
 	claimErr  error
@@ -28,37 +28,38 @@ type fakeStore struct {
 }
 
 type fakeTx struct {
-	store *fakeStore
-	key   [2]string
-	ended bool
+	store       *fakeStore
+	key         [2]string
+	fingerprint []byte
+	ended       bool
 }
 
-func newFakeStore() *fakeStore { return &fakeStore{committed: map[[2]string]bool{}} }
+func newFakeStore() *fakeStore { return &fakeStore{committed: map[[2]string]*inbox.Processed{}} }
 
-func (s *fakeStore) Claim(_ context.Context, consumer, key string) (inbox.Tx, bool, error) {
+func (s *fakeStore) Claim(_ context.Context, c inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.claims++
 	if s.claimErr != nil {
-		return nil, false, s.claimErr
+		return nil, nil, s.claimErr
 	}
-	k := [2]string{consumer, key}
-	if s.committed[k] {
-		return nil, false, nil
+	k := [2]string{c.Consumer, c.Key}
+	if prior := s.committed[k]; prior != nil {
+		return nil, prior, nil
 	}
-	return &fakeTx{store: s, key: k}, true, nil
+	return &fakeTx{store: s, key: k, fingerprint: c.Fingerprint}, nil, nil
 }
 
 func (t *fakeTx) Driver() any { return t }
 
-func (t *fakeTx) Commit(context.Context) error {
+func (t *fakeTx) Commit(_ context.Context, produced []byte) error {
 	t.store.mu.Lock()
 	defer t.store.mu.Unlock()
 	t.ended = true
 	if t.store.commitErr != nil {
 		return t.store.commitErr
 	}
-	t.store.committed[t.key] = true
+	t.store.committed[t.key] = &inbox.Processed{Fingerprint: t.fingerprint, Produced: produced}
 	return nil
 }
 
@@ -73,7 +74,7 @@ func (t *fakeTx) Rollback(context.Context) error {
 func (s *fakeStore) isCommitted(consumer, key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.committed[[2]string{consumer, key}]
+	return s.committed[[2]string{consumer, key}] != nil
 }
 
 func newHandler(t *testing.T, store inbox.Store, config inbox.Config, logger watermill.LoggerAdapter, h message.HandlerFunc) message.HandlerFunc {

@@ -10,6 +10,8 @@ import (
 //	consumer      the consumer (inbox partition) that processed the message
 //	message_id    the message's idempotency key (msg.UUID by default)
 //	processed_at  when the claim was made, for retention
+//	payload_hash  the payload's fingerprint (SHA-256 by default), to catch reused keys
+//	produced      the messages the handler returned, to publish again on a redelivery
 //	PRIMARY KEY (consumer, message_id)
 //
 // The primary key is the guard against duplicates: the claim is an insert that skips a
@@ -40,18 +42,24 @@ var createTableSQL = map[string]string{
 	consumer     varchar(255) COLLATE "C" NOT NULL,
 	message_id   varchar(255) COLLATE "C" NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
+	payload_hash bytea,
+	produced     bytea,
 	PRIMARY KEY (consumer, message_id)
 )`,
 	DialectMySQL: `CREATE TABLE IF NOT EXISTS %s (
 	consumer     VARBINARY(255) NOT NULL,
 	message_id   VARBINARY(255) NOT NULL,
 	processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+	payload_hash VARBINARY(64),
+	produced     LONGBLOB,
 	PRIMARY KEY (consumer, message_id)
 ) ENGINE=InnoDB`,
 	DialectSQLite: `CREATE TABLE IF NOT EXISTS %s (
 	consumer     TEXT NOT NULL,
 	message_id   TEXT NOT NULL,
 	processed_at TEXT NOT NULL DEFAULT (strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')),
+	payload_hash BLOB,
+	produced     BLOB,
 	PRIMARY KEY (consumer, message_id)
 ) WITHOUT ROWID`,
 }

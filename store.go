@@ -5,15 +5,34 @@ import "context"
 // Store opens the transaction in which a message is claimed. The stores in the sqlinbox
 // package implement it for pgx and database/sql; a Store of your own must keep the same
 // promise: the claim is an insert into a table whose primary key is (consumer, key), and a
-// conflict on that key is the only thing that makes claimed false.
+// conflict on that key is the only thing that makes a claim a duplicate.
 type Store interface {
-	// Claim begins a transaction and inserts (consumer, key) in it, skipping a conflict.
+	// Claim begins a transaction and inserts the claim in it, skipping a conflict on
+	// (consumer, key).
 	//
-	// claimed is true when the row was inserted: the caller runs the handler and must then
-	// Commit or Rollback tx. claimed is false when a committed row already holds the key:
-	// Claim has ended the transaction itself and tx is nil. A copy of the key that another
-	// transaction has claimed but not yet committed makes Claim wait for that transaction.
-	Claim(ctx context.Context, consumer, key string) (tx Tx, claimed bool, err error)
+	// A new claim returns the open transaction: the caller runs the handler and must then
+	// Commit or Rollback it. A duplicate, whose key a committed row already holds, returns
+	// what that row recorded in prior, with the transaction already ended and tx nil. A copy
+	// of the key that another transaction holds but has not committed makes Claim wait for
+	// that transaction: its commit makes this claim a duplicate, its rollback makes it new.
+	Claim(ctx context.Context, claim Claim) (tx Tx, prior *Processed, err error)
+}
+
+// Claim is one message's claim.
+type Claim struct {
+	Consumer string
+	Key      string
+	// Fingerprint identifies the payload (see Config.Fingerprint); nil records none.
+	Fingerprint []byte
+}
+
+// Processed is what the delivery that committed a key recorded.
+type Processed struct {
+	// Fingerprint is the payload fingerprint stored with the claim; nil if none was.
+	Fingerprint []byte
+	// Produced holds the messages the handler returned, as encoded by the middleware;
+	// nil if it returned none.
+	Produced []byte
 }
 
 // Tx is a transaction opened by Store.Claim.
@@ -21,8 +40,10 @@ type Tx interface {
 	// Driver returns the driver's transaction (pgx.Tx, *sql.Tx) that handlers write
 	// through; TxFromContext hands it out.
 	Driver() any
-	// Commit makes the claim and everything written through Driver durable together.
-	Commit(ctx context.Context) error
+	// Commit stores produced (nil: nothing) with the claim and commits, making the claim
+	// and everything written through Driver durable together. A transaction the handler
+	// ended itself gives an error wrapping ErrTxEndedByHandler.
+	Commit(ctx context.Context, produced []byte) error
 	// Rollback releases the claim and discards everything written through Driver.
 	Rollback(ctx context.Context) error
 }

@@ -34,8 +34,8 @@ func TestPostgresPrivileges(t *testing.T) {
 		grants string
 		works  bool
 	}{
-		{"INSERT, SELECT", true},
-		{"INSERT", false},
+		{"INSERT, SELECT, UPDATE", true},
+		{"INSERT, SELECT", false},
 	} {
 		t.Run(tc.grants, func(t *testing.T) {
 			role := testenv.Name("claimer")
@@ -104,31 +104,29 @@ func TestMySQLPrivileges(t *testing.T) {
 	}
 }
 
-// checkClaimsWith claims one key twice: with enough privileges the first claim is new and
-// the second a duplicate; without, both are errors (a nack), never a claim or a skip.
+// checkClaimsWith claims one key twice, recording produced messages with the first claim:
+// with enough privileges the first claim commits and the second is a duplicate that reads
+// the record back; without, an error (a nack), never a claim or a skip.
 func checkClaimsWith(t *testing.T, store inbox.Store, enough bool) {
 	t.Helper()
 	ctx := context.Background()
-	key := testenv.Name("order")
-	for i, wantNew := range []bool{true, false} {
-		tx, isNew, err := store.Claim(ctx, "billing", key)
-		if !enough {
-			if err == nil {
-				t.Fatalf("claim %d succeeded without the privileges the README lists", i+1)
-			}
-			return
+	claim := inbox.Claim{Consumer: "billing", Key: testenv.Name("order"), Fingerprint: []byte{1}}
+	tx, prior, err := store.Claim(ctx, claim)
+	if err == nil && prior == nil {
+		err = tx.Commit(ctx, []byte(`{"v":1,"messages":[]}`))
+	}
+	if !enough {
+		if err == nil {
+			t.Fatal("claim and commit succeeded without the privileges the README lists")
 		}
-		if err != nil {
-			t.Fatalf("claim %d: %v", i+1, err)
-		}
-		if isNew != wantNew {
-			t.Fatalf("claim %d: new = %v, want %v", i+1, isNew, wantNew)
-		}
-		if isNew {
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		return
+	}
+	if err != nil || prior != nil {
+		t.Fatalf("first claim: prior = %v, err = %v; want a new claim", prior, err)
+	}
+	tx, prior, err = store.Claim(ctx, claim)
+	if err != nil || tx != nil || prior == nil || len(prior.Produced) == 0 {
+		t.Fatalf("second claim: tx = %v, prior = %+v, err = %v; want a duplicate with its record", tx, prior, err)
 	}
 }
 

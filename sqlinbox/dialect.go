@@ -2,6 +2,8 @@ package sqlinbox
 
 import (
 	"fmt"
+	"strconv"
+	"time"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 )
@@ -11,10 +13,16 @@ import (
 // SQLite; the zero Dialect is invalid.
 type Dialect struct {
 	name string
-	// claim inserts (consumer, message_id) and skips only a conflict on the primary key;
-	// %s is the quoted table. It must report 1 affected row for a new claim, 0 for a
-	// duplicate.
+	// claim inserts (consumer, message_id, payload_hash) and skips only a conflict on the
+	// primary key; %s is the quoted table. It must report 1 affected row for a new claim,
+	// 0 for a duplicate.
 	claim string
+	// prior reads what the committed claim of (consumer, message_id) recorded. It is a
+	// statement of its own, after the claim, so that it sees a row committed while the
+	// claim waited for it.
+	prior string
+	// record stores the produced messages (first parameter) with the claim.
+	record string
 	// schemaLock, when set, serialises InitializeSchema across instances that start at once
 	// (PostgreSQL's CREATE TABLE IF NOT EXISTS can fail when two run concurrently).
 	schemaLock string
@@ -24,7 +32,9 @@ var (
 	// Postgres is PostgreSQL: INSERT ... ON CONFLICT (consumer, message_id) DO NOTHING.
 	Postgres = Dialect{
 		name:       inbox.DialectPostgres,
-		claim:      `INSERT INTO %s (consumer, message_id) VALUES ($1, $2) ON CONFLICT (consumer, message_id) DO NOTHING`,
+		claim:      `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3) ON CONFLICT (consumer, message_id) DO NOTHING`,
+		prior:      `SELECT payload_hash, produced FROM %s WHERE consumer = $1 AND message_id = $2`,
+		record:     `UPDATE %s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
 		schemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
 	}
 
@@ -34,8 +44,10 @@ var (
 	// must not set clientFoundRows=true. Set interpolateParams=true in go-sql-driver/mysql's
 	// DSN to save the prepare round trips of every statement.
 	MySQL = Dialect{
-		name:  inbox.DialectMySQL,
-		claim: "INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON DUPLICATE KEY UPDATE consumer = consumer",
+		name:   inbox.DialectMySQL,
+		claim:  "INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE consumer = consumer",
+		prior:  "SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?",
+		record: "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
 	}
 
 	// SQLite is SQLite 3.24 or later: INSERT ... ON CONFLICT (consumer, message_id) DO NOTHING.
@@ -43,8 +55,10 @@ var (
 	// so concurrent writers wait for each other instead of failing with SQLITE_BUSY. The
 	// claim is the transaction's first statement, so it takes the write lock at once.
 	SQLite = Dialect{
-		name:  inbox.DialectSQLite,
-		claim: `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT (consumer, message_id) DO NOTHING`,
+		name:   inbox.DialectSQLite,
+		claim:  `INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON CONFLICT (consumer, message_id) DO NOTHING`,
+		prior:  `SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?`,
+		record: `UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?`,
 	}
 )
 
@@ -58,17 +72,26 @@ func (d Dialect) validate() error {
 	return nil
 }
 
-// ClaimSQL returns the statement that claims a key in table, with the consumer and the key
-// as its two parameters.
+// lockTimeout returns the statement that bounds the transaction's lock waits by d.
+func (d Dialect) lockTimeout(timeout time.Duration) (query string, args []any) {
+	millis := max(timeout.Milliseconds(), 1)
+	switch d.name {
+	case inbox.DialectPostgres:
+		// set_config(..., true) is SET LOCAL with a parameter: it ends with the transaction.
+		return `SELECT set_config('lock_timeout', $1, true)`, []any{strconv.FormatInt(millis, 10) + "ms"}
+	case inbox.DialectMySQL:
+		// Whole seconds, at least 1; a session setting, kept by the connection.
+		return "SET SESSION innodb_lock_wait_timeout = ?", []any{(millis + 999) / 1000}
+	default:
+		// A pragma takes no parameters; the value is a number we format.
+		return "PRAGMA busy_timeout = " + strconv.FormatInt(millis, 10), nil
+	}
+}
+
+// ClaimSQL returns the statement that claims a key in table; its parameters are the
+// consumer, the key and the payload fingerprint.
 func ClaimSQL(dialect Dialect, table string) (string, error) {
-	if err := dialect.validate(); err != nil {
-		return "", err
-	}
-	quoted, err := inbox.QuoteTableName(dialect.name, table)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf(dialect.claim, quoted), nil
+	return render(dialect, dialect.claim, table)
 }
 
 // SchemaSQL returns the statement that creates the inbox table in dialect if it does not
@@ -79,4 +102,15 @@ func SchemaSQL(dialect Dialect, table string) (string, error) {
 		return "", err
 	}
 	return inbox.CreateTableSQL(dialect.name, table)
+}
+
+func render(dialect Dialect, statement, table string) (string, error) {
+	if err := dialect.validate(); err != nil {
+		return "", err
+	}
+	quoted, err := inbox.QuoteTableName(dialect.name, table)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(statement, quoted), nil
 }

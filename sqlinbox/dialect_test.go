@@ -14,9 +14,9 @@ func TestClaimSQL(t *testing.T) {
 		table   string
 		want    string
 	}{
-		{sqlinbox.Postgres, "inbox", `INSERT INTO "inbox" (consumer, message_id) VALUES ($1, $2) ON CONFLICT (consumer, message_id) DO NOTHING`},
-		{sqlinbox.SQLite, "main.inbox", `INSERT INTO "main"."inbox" (consumer, message_id) VALUES (?, ?) ON CONFLICT (consumer, message_id) DO NOTHING`},
-		{sqlinbox.MySQL, "inbox", "INSERT INTO `inbox` (consumer, message_id) VALUES (?, ?) ON DUPLICATE KEY UPDATE consumer = consumer"},
+		{sqlinbox.Postgres, "inbox", `INSERT INTO "inbox" (consumer, message_id, payload_hash) VALUES ($1, $2, $3) ON CONFLICT (consumer, message_id) DO NOTHING`},
+		{sqlinbox.SQLite, "main.inbox", `INSERT INTO "main"."inbox" (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON CONFLICT (consumer, message_id) DO NOTHING`},
+		{sqlinbox.MySQL, "inbox", "INSERT INTO `inbox` (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE consumer = consumer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.dialect.String(), func(t *testing.T) {

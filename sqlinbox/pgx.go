@@ -73,52 +73,105 @@ func (s *PgxStore) InitializeSchema(ctx context.Context) error {
 }
 
 // Claim implements inbox.Store.
-func (s *PgxStore) Claim(ctx context.Context, consumer, key string) (inbox.Tx, bool, error) {
-	tx, inserted, err := s.beginAndClaim(ctx, consumer, key)
+func (s *PgxStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
+	tx, inserted, prior, err := s.beginAndClaim(ctx, claim)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
-	if inserted == 0 {
-		if err := tx.Rollback(ctx); err != nil {
-			return nil, false, fmt.Errorf("sqlinbox: end transaction of a duplicate: %w", err)
-		}
-		return nil, false, nil
+	if inserted {
+		return &pgxTx{tx: tx, store: s, claim: claim}, nil, nil
 	}
-	return pgxTx{tx}, true, nil
+	if err := tx.Rollback(ctx); err != nil {
+		return nil, nil, fmt.Errorf("sqlinbox: end transaction of a duplicate: %w", err)
+	}
+	return nil, prior, nil
 }
 
-// beginAndClaim returns an open transaction and how many rows the claim inserted, or an
-// error with the transaction already ended.
-func (s *PgxStore) beginAndClaim(ctx context.Context, consumer, key string) (pgx.Tx, int64, error) {
+// beginAndClaim returns an open transaction and whether the claim inserted its row, or else
+// what the committed row recorded; on an error the transaction is already ended.
+func (s *PgxStore) beginAndClaim(ctx context.Context, claim inbox.Claim) (tx pgx.Tx, inserted bool, prior *inbox.Processed, err error) {
 	if s.pipeline == nil {
-		tx, err := s.db.Begin(ctx)
-		if err != nil {
-			return nil, 0, fmt.Errorf("sqlinbox: begin: %w", err)
-		}
-		tag, err := tx.Exec(ctx, s.sql.claim, consumer, key)
-		if err != nil {
-			return nil, 0, endAfter(ctx, tx, fmt.Errorf("sqlinbox: claim: %w", err))
-		}
-		return tx, tag.RowsAffected(), nil
+		return s.beginThenClaim(ctx, claim)
 	}
-
+	// One round trip: BEGIN, the lock timeout, the claim and the read of the committed
+	// claim. The read is a statement of its own, so it sees a row committed while the
+	// claim waited; when the claim inserted, it reads our own row and is ignored.
 	batch := &pgx.Batch{}
 	batch.BeginTx(pgx.TxOptions{})
-	batch.Queue(s.sql.claim, consumer, key)
-	results := s.pipeline.SendBatch(ctx, batch)
-	tx := results.Tx()
-	if _, err := results.Exec(); err != nil {
-		results.Close()
-		return nil, 0, endAfter(ctx, tx, fmt.Errorf("sqlinbox: begin: %w", err))
+	if s.sql.lockTimeout != "" {
+		batch.Queue(s.sql.lockTimeout, s.sql.lockTimeoutArgs...)
 	}
-	tag, err := results.Exec()
-	if closeErr := results.Close(); err == nil {
-		err = closeErr
+	batch.Queue(s.sql.claim, claim.Consumer, claim.Key, claim.Fingerprint)
+	batch.Queue(s.sql.prior, claim.Consumer, claim.Key)
+	results := s.pipeline.SendBatch(ctx, batch)
+	tx = results.Tx()
+	inserted, prior, err = readClaimBatch(results, s.sql.lockTimeout != "")
+	if closeErr := results.Close(); err == nil && closeErr != nil {
+		err = fmt.Errorf("sqlinbox: claim: %w", closeErr)
 	}
 	if err != nil {
-		return nil, 0, endAfter(ctx, tx, fmt.Errorf("sqlinbox: claim: %w", err))
+		return nil, false, nil, endAfter(ctx, tx, err)
 	}
-	return tx, tag.RowsAffected(), nil
+	return tx, inserted, prior, nil
+}
+
+func readClaimBatch(results pgx.BatchResults, withLockTimeout bool) (inserted bool, prior *inbox.Processed, err error) {
+	if _, err := results.Exec(); err != nil {
+		return false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
+	}
+	if withLockTimeout {
+		if _, err := results.Exec(); err != nil {
+			return false, nil, fmt.Errorf("sqlinbox: set lock timeout: %w", err)
+		}
+	}
+	tag, err := results.Exec()
+	if err != nil {
+		return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
+	}
+	prior, err = scanPrior(results.QueryRow())
+	if err != nil {
+		return false, nil, err
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil, nil
+	}
+	return false, prior, nil
+}
+
+// beginThenClaim serves a PgxBeginner that cannot send a batch: two round trips, three for
+// a duplicate.
+func (s *PgxStore) beginThenClaim(ctx context.Context, claim inbox.Claim) (pgx.Tx, bool, *inbox.Processed, error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
+	}
+	if s.sql.lockTimeout != "" {
+		if _, err := tx.Exec(ctx, s.sql.lockTimeout, s.sql.lockTimeoutArgs...); err != nil {
+			return nil, false, nil, endAfter(ctx, tx, fmt.Errorf("sqlinbox: set lock timeout: %w", err))
+		}
+	}
+	tag, err := tx.Exec(ctx, s.sql.claim, claim.Consumer, claim.Key, claim.Fingerprint)
+	if err != nil {
+		return nil, false, nil, endAfter(ctx, tx, fmt.Errorf("sqlinbox: claim: %w", err))
+	}
+	if tag.RowsAffected() == 1 {
+		return tx, true, nil, nil
+	}
+	prior, err := scanPrior(tx.QueryRow(ctx, s.sql.prior, claim.Consumer, claim.Key))
+	if err != nil {
+		return nil, false, nil, endAfter(ctx, tx, err)
+	}
+	return tx, false, prior, nil
+}
+
+// scanPrior reads the committed claim's record. No row means it was deleted between the
+// claim and the read (retention): an error, so the message is redelivered and claimed anew.
+func scanPrior(row interface{ Scan(...any) error }) (*inbox.Processed, error) {
+	var prior inbox.Processed
+	if err := row.Scan(&prior.Fingerprint, &prior.Produced); err != nil {
+		return nil, fmt.Errorf("sqlinbox: read the committed claim: %w", err)
+	}
+	return &prior, nil
 }
 
 // endAfter rolls tx back after err, which is returned with any rollback failure. A pool's
@@ -131,8 +184,29 @@ func endAfter(ctx context.Context, tx pgx.Tx, err error) error {
 }
 
 // pgxTx adapts a pgx.Tx to inbox.Tx.
-type pgxTx struct{ tx pgx.Tx }
+type pgxTx struct {
+	tx    pgx.Tx
+	store *PgxStore
+	claim inbox.Claim
+}
 
-func (t pgxTx) Driver() any                        { return t.tx }
-func (t pgxTx) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
-func (t pgxTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+func (t *pgxTx) Driver() any { return t.tx }
+
+func (t *pgxTx) Commit(ctx context.Context, produced []byte) error {
+	if produced != nil {
+		if _, err := t.tx.Exec(ctx, t.store.sql.record, produced, t.claim.Consumer, t.claim.Key); err != nil {
+			return endAfter(ctx, t.tx, pgxEnded(fmt.Errorf("sqlinbox: record produced messages: %w", err)))
+		}
+	}
+	return pgxEnded(t.tx.Commit(ctx))
+}
+
+func (t *pgxTx) Rollback(ctx context.Context) error { return pgxEnded(t.tx.Rollback(ctx)) }
+
+// pgxEnded marks the error of a transaction the handler already committed or rolled back.
+func pgxEnded(err error) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("%w: %w", inbox.ErrTxEndedByHandler, err)
+	}
+	return err
+}

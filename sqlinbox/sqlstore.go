@@ -62,43 +62,77 @@ func (s *SQLStore) InitializeSchema(ctx context.Context) (err error) {
 }
 
 // Claim implements inbox.Store.
-func (s *SQLStore) Claim(ctx context.Context, consumer, key string) (inbox.Tx, bool, error) {
+func (s *SQLStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, false, fmt.Errorf("sqlinbox: begin: %w", err)
+		return nil, nil, fmt.Errorf("sqlinbox: begin: %w", err)
 	}
-	inserted, err := claimIn(ctx, tx, s.sql.claim, consumer, key)
+	inserted, prior, err := s.claimIn(ctx, tx, claim)
 	if err != nil {
 		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 			err = errors.Join(err, fmt.Errorf("sqlinbox: rollback: %w", rbErr))
 		}
-		return nil, false, err
+		return nil, nil, err
 	}
-	if inserted == 0 {
-		if err := tx.Rollback(); err != nil {
-			return nil, false, fmt.Errorf("sqlinbox: end transaction of a duplicate: %w", err)
-		}
-		return nil, false, nil
+	if inserted {
+		return &sqlTx{tx: tx, store: s, claim: claim}, nil, nil
 	}
-	return sqlTx{tx}, true, nil
+	if err := tx.Rollback(); err != nil {
+		return nil, nil, fmt.Errorf("sqlinbox: end transaction of a duplicate: %w", err)
+	}
+	return nil, prior, nil
 }
 
-func claimIn(ctx context.Context, tx *sql.Tx, claim, consumer, key string) (int64, error) {
-	result, err := tx.ExecContext(ctx, claim, consumer, key)
-	if err != nil {
-		return 0, fmt.Errorf("sqlinbox: claim: %w", err)
+func (s *SQLStore) claimIn(ctx context.Context, tx *sql.Tx, claim inbox.Claim) (inserted bool, prior *inbox.Processed, err error) {
+	if s.sql.lockTimeout != "" {
+		if _, err := tx.ExecContext(ctx, s.sql.lockTimeout, s.sql.lockTimeoutArgs...); err != nil {
+			return false, nil, fmt.Errorf("sqlinbox: set lock timeout: %w", err)
+		}
 	}
-	inserted, err := result.RowsAffected()
+	result, err := tx.ExecContext(ctx, s.sql.claim, claim.Consumer, claim.Key, claim.Fingerprint)
 	if err != nil {
-		return 0, fmt.Errorf("sqlinbox: claim: rows affected: %w", err)
+		return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
 	}
-	return inserted, nil
+	n, err := result.RowsAffected()
+	if err != nil {
+		return false, nil, fmt.Errorf("sqlinbox: claim: rows affected: %w", err)
+	}
+	if n == 1 {
+		return true, nil, nil
+	}
+	prior, err = scanPrior(tx.QueryRowContext(ctx, s.sql.prior, claim.Consumer, claim.Key))
+	return false, prior, err
 }
 
 // sqlTx adapts a *sql.Tx to inbox.Tx. database/sql ends a transaction with the context it
-// began with, so Commit and Rollback take none.
-type sqlTx struct{ tx *sql.Tx }
+// began with, so Rollback takes none.
+type sqlTx struct {
+	tx    *sql.Tx
+	store *SQLStore
+	claim inbox.Claim
+}
 
-func (t sqlTx) Driver() any                    { return t.tx }
-func (t sqlTx) Commit(context.Context) error   { return t.tx.Commit() }
-func (t sqlTx) Rollback(context.Context) error { return t.tx.Rollback() }
+func (t *sqlTx) Driver() any { return t.tx }
+
+func (t *sqlTx) Commit(ctx context.Context, produced []byte) error {
+	if produced != nil {
+		if _, err := t.tx.ExecContext(ctx, t.store.sql.record, produced, t.claim.Consumer, t.claim.Key); err != nil {
+			err = sqlEnded(fmt.Errorf("sqlinbox: record produced messages: %w", err))
+			if rbErr := t.tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+				err = errors.Join(err, fmt.Errorf("sqlinbox: rollback: %w", rbErr))
+			}
+			return err
+		}
+	}
+	return sqlEnded(t.tx.Commit())
+}
+
+func (t *sqlTx) Rollback(context.Context) error { return sqlEnded(t.tx.Rollback()) }
+
+// sqlEnded marks the error of a transaction the handler already committed or rolled back.
+func sqlEnded(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("%w: %w", inbox.ErrTxEndedByHandler, err)
+	}
+	return err
+}
