@@ -37,10 +37,21 @@
 // Effects outside the database cannot be rolled back with the transaction: an email sent or
 // an HTTP call made by a handler whose transaction then fails will be made again on the
 // redelivery. Pass KeyFromContext on as the idempotency key of such calls (payment
-// providers and most email APIs accept one). Messages a handler returns are published by the
-// router after the commit; if that publish fails, the redelivery is acked as a duplicate and
-// those messages are not produced again, so write outgoing messages through a transactional
-// outbox in the same transaction (watermill-sql's publisher accepts a transaction).
+// providers and most email APIs accept one).
+//
+// # Handlers that publish
+//
+// The router publishes the messages a handler returns after the middleware has committed;
+// if that publish fails, the redelivery is a duplicate. So the middleware records those
+// messages with the claim and returns them again for every duplicate: the router publishes
+// them again with their original UUIDs, and consumers downstream deduplicate them. They are
+// published at least once, never lost.
+//
+// # Keys and fingerprints
+//
+// The key is msg.UUID unless Config.Key says otherwise (KeyFromMetadata for a business
+// key). Each claim stores a payload fingerprint; a duplicate key with a different payload is
+// a *FingerprintMismatchError, handled as Config.OnFingerprintMismatch says.
 //
 // # Middleware order
 //

@@ -40,8 +40,8 @@ type backend struct {
 	direct runner
 	// inTx reaches the database through the transaction in a handler's context.
 	inTx func(ctx context.Context) (runner, bool)
-	// newStore builds a store on the same database with another table name.
-	newStore func(table string) (inbox.Store, error)
+	// newStore builds another store on the same database (and proxy).
+	newStore func(config sqlinbox.Config) (inbox.Store, error)
 	// commitFaults, called inside a handler, each make the coming COMMIT fail.
 	commitFaults map[string]func(ctx context.Context) error
 	// outage makes the database unavailable to the store until restore is called.
@@ -80,8 +80,8 @@ func pgxBackend(t *testing.T) *backend {
 			tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
 			return pgxRunner{tx}, ok
 		},
-		newStore: func(table string) (inbox.Store, error) {
-			return sqlinbox.NewPgx(proxied, sqlinbox.Config{Table: table})
+		newStore: func(config sqlinbox.Config) (inbox.Store, error) {
+			return sqlinbox.NewPgx(proxied, config)
 		},
 		outage:    func() func() { proxy.Cut(); return proxy.Restore },
 		retriable: func(error) bool { return false },
@@ -203,8 +203,8 @@ func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect)
 			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 			return sqlRunner{tx, dollar}, ok
 		},
-		newStore: func(table string) (inbox.Store, error) {
-			return sqlinbox.New(storeDB, dialect, sqlinbox.Config{Table: table})
+		newStore: func(config sqlinbox.Config) (inbox.Store, error) {
+			return sqlinbox.New(storeDB, dialect, config)
 		},
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // The store conformance suite: every case runs against every backend, on a fresh inbox
@@ -466,7 +467,7 @@ func testInjection(t *testing.T, b *backend) {
 	for _, table := range []string{
 		"inbox; DROP TABLE " + b.business, `inbox" (x int); --`, "inbox`", "a.b.c", "1inbox", "",
 	} {
-		_, err := b.newStore(table)
+		_, err := b.newStore(sqlinbox.Config{Table: table})
 		if table == "" {
 			if err != nil {
 				t.Errorf("empty table name (the default): %v", err)

@@ -20,7 +20,7 @@
 //
 // # Privileges
 //
-// Claims need, on the inbox table: INSERT and SELECT on PostgreSQL (ON CONFLICT with a
-// conflict target reads the key); INSERT, SELECT and UPDATE on MySQL/MariaDB (ON DUPLICATE
-// KEY UPDATE needs all three). InitializeSchema needs CREATE.
+// Claims need INSERT, SELECT and UPDATE on the inbox table: PostgreSQL's ON CONFLICT with a
+// conflict target reads the key, MySQL's ON DUPLICATE KEY UPDATE needs all three, and
+// recording a handler's produced messages updates the claim. InitializeSchema needs CREATE.
 package sqlinbox
