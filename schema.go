@@ -52,7 +52,8 @@ var createTableSQL = map[string]string{
 	processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
 	payload_hash VARBINARY(64),
 	produced     LONGBLOB,
-	PRIMARY KEY (consumer, message_id)
+	PRIMARY KEY (consumer, message_id),
+	INDEX processed_at (processed_at)
 ) ENGINE=InnoDB`,
 	DialectSQLite: `CREATE TABLE IF NOT EXISTS %s (
 	consumer     TEXT NOT NULL,
@@ -64,19 +65,52 @@ var createTableSQL = map[string]string{
 ) WITHOUT ROWID`,
 }
 
-// CreateTableSQL returns the statement that creates the inbox table named table in dialect
-// (DialectPostgres, DialectMySQL or DialectSQLite) if it does not exist. It validates table
-// with ValidateTableName.
-func CreateTableSQL(dialect, table string) (string, error) {
+// The processed_at index lets retention find old rows without reading the whole table.
+// MySQL has it inside CREATE TABLE (MySQL has no CREATE INDEX IF NOT EXISTS); SQLite puts a
+// schema on the index's name rather than on its table.
+var createIndexSQL = map[string]string{
+	DialectPostgres: `CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (processed_at)`,
+	DialectSQLite:   `CREATE INDEX IF NOT EXISTS %[3]s ON %[4]s (processed_at)`,
+}
+
+// SchemaStatements returns the statements that create the inbox table named table in dialect
+// (DialectPostgres, DialectMySQL or DialectSQLite) and its processed_at index, each only if
+// it does not exist. It validates table with ValidateTableName.
+func SchemaStatements(dialect, table string) ([]string, error) {
 	ddl, ok := createTableSQL[dialect]
 	if !ok {
-		return "", fmt.Errorf("inbox: unknown SQL dialect %q", dialect)
+		return nil, fmt.Errorf("inbox: unknown SQL dialect %q", dialect)
 	}
 	quoted, err := QuoteTableName(dialect, table)
 	if err != nil {
+		return nil, err
+	}
+	statements := []string{fmt.Sprintf(ddl, quoted)}
+	if index, ok := createIndexSQL[dialect]; ok {
+		schema, name, qualified := strings.Cut(table, ".")
+		if !qualified {
+			schema, name = "", table
+		}
+		indexName := name + "_processed_at"
+		if len(indexName) > maxIdentifierLength {
+			indexName = indexName[:maxIdentifierLength]
+		}
+		qualifiedIndex := `"` + indexName + `"`
+		if qualified {
+			qualifiedIndex = `"` + schema + `".` + qualifiedIndex
+		}
+		statements = append(statements, fmt.Sprintf(index, quoted, `"`+indexName+`"`, qualifiedIndex, `"`+name+`"`))
+	}
+	return statements, nil
+}
+
+// CreateTableSQL returns SchemaStatements as one script, each statement ended by ";".
+func CreateTableSQL(dialect, table string) (string, error) {
+	statements, err := SchemaStatements(dialect, table)
+	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf(ddl, quoted), nil
+	return strings.Join(statements, ";\n") + ";\n", nil
 }
 
 // ValidateTableName accepts a table name made of ASCII letters, digits and underscores, not

@@ -33,11 +33,13 @@ func TestCreateTableSQL(t *testing.T) {
 		wantParts      []string
 	}{
 		{inbox.DialectPostgres, "billing.inbox", `CREATE TABLE IF NOT EXISTS "billing"."inbox" (`,
-			[]string{`message_id   varchar(255) COLLATE "C" NOT NULL`, "PRIMARY KEY (consumer, message_id)"}},
+			[]string{`message_id   varchar(255) COLLATE "C" NOT NULL`, "PRIMARY KEY (consumer, message_id)",
+				`CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "billing"."inbox" (processed_at)`}},
 		{inbox.DialectMySQL, "inbox", "CREATE TABLE IF NOT EXISTS `inbox` (",
-			[]string{"message_id   VARBINARY(255) NOT NULL", "PRIMARY KEY (consumer, message_id)", "ENGINE=InnoDB"}},
-		{inbox.DialectSQLite, "inbox", `CREATE TABLE IF NOT EXISTS "inbox" (`,
-			[]string{"strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "PRIMARY KEY (consumer, message_id)", "WITHOUT ROWID"}},
+			[]string{"message_id   VARBINARY(255) NOT NULL", "PRIMARY KEY (consumer, message_id)", "INDEX processed_at (processed_at)", "ENGINE=InnoDB"}},
+		{inbox.DialectSQLite, "main.inbox", `CREATE TABLE IF NOT EXISTS "main"."inbox" (`,
+			[]string{"strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "PRIMARY KEY (consumer, message_id)", "WITHOUT ROWID",
+				`CREATE INDEX IF NOT EXISTS "main"."inbox_processed_at" ON "inbox" (processed_at)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.dialect, func(t *testing.T) {

@@ -47,7 +47,7 @@ type statements struct {
 	// lockTimeout is empty when Config.LockTimeout is 0.
 	lockTimeout     string
 	lockTimeoutArgs []any
-	schema          string
+	schema          []string
 	schemaLock      string
 }
 
@@ -70,7 +70,7 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 			return statements{}, err
 		}
 	}
-	schema, err := SchemaSQL(dialect, config.Table)
+	schema, err := inbox.SchemaStatements(dialect.name, config.Table)
 	if err != nil {
 		return statements{}, err
 	}

@@ -94,9 +94,9 @@ func ClaimSQL(dialect Dialect, table string) (string, error) {
 	return render(dialect, dialect.claim, table)
 }
 
-// SchemaSQL returns the statement that creates the inbox table in dialect if it does not
-// exist, for teams that run their own migrations. The DDL itself is defined in the inbox
-// package (inbox.CreateTableSQL).
+// SchemaSQL returns the script that creates the inbox table and its index in dialect if they
+// do not exist, for teams that run their own migrations. The DDL itself is defined in the
+// inbox package (inbox.SchemaStatements).
 func SchemaSQL(dialect Dialect, table string) (string, error) {
 	if err := dialect.validate(); err != nil {
 		return "", err

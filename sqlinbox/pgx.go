@@ -65,8 +65,10 @@ func (s *PgxStore) InitializeSchema(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, s.sql.schemaLock); err != nil {
 			return fmt.Errorf("sqlinbox: lock for schema: %w", err)
 		}
-		if _, err := tx.Exec(ctx, s.sql.schema); err != nil {
-			return fmt.Errorf("sqlinbox: create inbox table: %w", err)
+		for _, statement := range s.sql.schema {
+			if _, err := tx.Exec(ctx, statement); err != nil {
+				return fmt.Errorf("sqlinbox: create inbox table: %w", err)
+			}
 		}
 		return nil
 	})

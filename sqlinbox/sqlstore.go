@@ -52,8 +52,10 @@ func (s *SQLStore) InitializeSchema(ctx context.Context) (err error) {
 			return fmt.Errorf("sqlinbox: lock for schema: %w", err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, s.sql.schema); err != nil {
-		return fmt.Errorf("sqlinbox: create inbox table: %w", err)
+	for _, statement := range s.sql.schema {
+		if _, err := tx.ExecContext(ctx, statement); err != nil {
+			return fmt.Errorf("sqlinbox: create inbox table: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlinbox: commit schema: %w", err)
