@@ -6,9 +6,11 @@ replace github.com/inboxkit/watermill-inbox => ../
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.3
+	github.com/ThreeDotsLabs/watermill-amqp/v3 v3.0.2
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/inboxkit/watermill-inbox v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	modernc.org/sqlite v1.62.0
 )
 

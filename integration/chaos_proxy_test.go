@@ -1,0 +1,210 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// faultProxy sits between the chaos test's routers and their database and drops
+// connections at random. Unlike tcpProxy (which cuts every connection at once, on demand),
+// it reads the client's side of the wire protocol frame by frame, so it can cut a connection
+// at a chosen point of a transaction:
+//
+//   - before COMMIT: the COMMIT is swallowed and the connection closed; the server rolls the
+//     transaction back, the client's Commit fails;
+//   - during COMMIT: the COMMIT is forwarded and the connection closed before the reply; the
+//     server commits (or not), the client's Commit fails either way: the ambiguous case;
+//   - at a statement: any other frame after the handshake (BEGIN, the claim, the handler's
+//     INSERT) is swallowed and the connection closed.
+//
+// The server-to-client side is copied unchanged.
+type faultProxy struct {
+	listener net.Listener
+	target   string
+	protocol wireProtocol
+	// Probabilities per frame: of a COMMIT frame being cut before or during it, of any other
+	// frame being cut.
+	pBeforeCommit, pDuringCommit, pStatement float64
+
+	armed atomic.Bool // faults are injected only while armed
+
+	cutBeforeCommit, cutDuringCommit, cutAtStatement atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// wireProtocol reads one client frame: its bytes, whether it is a COMMIT, and whether the
+// handshake is over (no fault is injected before).
+type wireProtocol interface {
+	next(r *bufio.Reader) (frame []byte, commit, ready bool, err error)
+}
+
+func startFaultProxy(t *testing.T, target string, newProtocol func() wireProtocol, pBeforeCommit, pDuringCommit, pStatement float64) *faultProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultProxy{
+		listener: ln, target: target,
+		pBeforeCommit: pBeforeCommit, pDuringCommit: pDuringCommit, pStatement: pStatement,
+		conns: map[net.Conn]struct{}{},
+	}
+	p.armed.Store(true)
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(client, newProtocol())
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *faultProxy) Addr() string { return p.listener.Addr().String() }
+
+func (p *faultProxy) serve(client net.Conn, protocol wireProtocol) {
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		client.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		client.Close()
+		server.Close()
+		p.mu.Lock()
+		delete(p.conns, client)
+		delete(p.conns, server)
+		p.mu.Unlock()
+	}()
+	go func() {
+		_, _ = io.Copy(client, server)
+		client.Close()
+		server.Close()
+	}()
+
+	r := bufio.NewReaderSize(client, 64<<10)
+	for {
+		frame, commit, ready, err := protocol.next(r)
+		if err != nil {
+			return
+		}
+		if ready && p.armed.Load() {
+			switch {
+			case commit && chance(p.pBeforeCommit):
+				p.cutBeforeCommit.Add(1)
+				return
+			case commit && chance(p.pDuringCommit):
+				if _, err := server.Write(frame); err == nil {
+					p.cutDuringCommit.Add(1)
+				}
+				return
+			case !commit && chance(p.pStatement):
+				p.cutAtStatement.Add(1)
+				return
+			}
+		}
+		if _, err := server.Write(frame); err != nil {
+			return
+		}
+	}
+}
+
+func chance(p float64) bool { return p > 0 && rand.Float64() < p }
+
+// postgresWire is the PostgreSQL frontend protocol: untyped startup packets (SSLRequest,
+// GSSENCRequest, StartupMessage), then frames of a type byte and a length. COMMIT is a
+// simple Query frame, which is how pgx (and database/sql through pgx's stdlib) sends it.
+type postgresWire struct{ started bool }
+
+const maxFrame = 1 << 28
+
+func (w *postgresWire) next(r *bufio.Reader) ([]byte, bool, bool, error) {
+	if !w.started {
+		var head [4]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return nil, false, false, err
+		}
+		n := binary.BigEndian.Uint32(head[:])
+		if n < 8 || n > maxFrame {
+			return nil, false, false, fmt.Errorf("postgres startup packet of %d bytes", n)
+		}
+		frame := make([]byte, n)
+		copy(frame, head[:])
+		if _, err := io.ReadFull(r, frame[4:]); err != nil {
+			return nil, false, false, err
+		}
+		switch binary.BigEndian.Uint32(frame[4:8]) {
+		case 80877103, 80877104: // SSLRequest, GSSENCRequest: the real startup follows
+		default:
+			w.started = true
+		}
+		return frame, false, false, nil
+	}
+	var head [5]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, false, false, err
+	}
+	n := binary.BigEndian.Uint32(head[1:])
+	if n < 4 || n > maxFrame {
+		return nil, false, false, fmt.Errorf("postgres frame %q of %d bytes", head[0], n)
+	}
+	frame := make([]byte, 1+n)
+	copy(frame, head[:])
+	if _, err := io.ReadFull(r, frame[5:]); err != nil {
+		return nil, false, false, err
+	}
+	commit := head[0] == 'Q' && isCommit(string(frame[5:]))
+	// 'p' (password and SASL messages) belongs to the handshake.
+	return frame, commit, head[0] != 'p', nil
+}
+
+// mysqlWire is the MySQL client protocol: packets of a 3-byte length and a sequence
+// number. The first client packets are the handshake; COMMIT is a COM_QUERY (0x03) packet,
+// as go-sql-driver/mysql sends it.
+type mysqlWire struct{ packets int }
+
+func (w *mysqlWire) next(r *bufio.Reader) ([]byte, bool, bool, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, false, false, err
+	}
+	n := int(head[0]) | int(head[1])<<8 | int(head[2])<<16
+	frame := make([]byte, 4+n)
+	copy(frame, head[:])
+	if _, err := io.ReadFull(r, frame[4:]); err != nil {
+		return nil, false, false, err
+	}
+	w.packets++
+	// A command packet starts a new sequence (0); the handshake response and any auth
+	// switch replies continue the server's sequence.
+	ready := w.packets > 1 && head[3] == 0
+	commit := ready && n > 1 && frame[4] == 0x03 && isCommit(string(frame[5:]))
+	return frame, commit, ready, nil
+}
+
+func isCommit(query string) bool {
+	return strings.EqualFold(strings.Trim(query, "\x00 \t\r\n;"), "commit")
+}
