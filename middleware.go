@@ -11,6 +11,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Config configures NewMiddleware. The zero value is ready to use.
@@ -33,6 +35,10 @@ type Config struct {
 	// OnFingerprintMismatch is what happens to a duplicate whose fingerprint differs from the
 	// stored one. Default: RejectMismatch (nack with a *FingerprintMismatchError).
 	OnFingerprintMismatch MismatchPolicy
+
+	// MeterProvider receives the middleware's OpenTelemetry metrics (see MetricProcessed and
+	// the other Metric names). Default: the global provider, otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // rollbackTimeout bounds a rollback that runs after the message context is done, so that a
@@ -45,6 +51,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Fingerprint == nil {
 		c.Fingerprint = PayloadSHA256
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
 	}
 }
 
@@ -85,14 +94,19 @@ func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	m := &middleware{store: store, config: config, logger: logger}
+	metrics, err := newMetrics(config.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	m := &middleware{store: store, config: config, logger: logger, metrics: metrics}
 	return m.wrap, nil
 }
 
 type middleware struct {
-	store  Store
-	config Config
-	logger watermill.LoggerAdapter
+	store   Store
+	config  Config
+	logger  watermill.LoggerAdapter
+	metrics *metrics
 }
 
 func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
@@ -102,24 +116,30 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 }
 
 func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produced []*message.Message, err error) {
-	consumer, err := m.consumer(msg)
-	if err != nil {
-		return nil, err
+	ctx := msg.Context()
+	handler := message.HandlerNameFromCtx(ctx)
+	consumer, err := m.consumer(handler)
+	var key string
+	if err == nil {
+		key, err = m.key(msg)
 	}
-	key, err := m.key(msg)
 	if err != nil {
+		m.metrics.fail(ctx, consumer, handler, "key")
 		return nil, err
 	}
 	fields := watermill.LogFields{"consumer": consumer, "message_uuid": msg.UUID, "idempotency_key": key}
+	attrs := m.metrics.attrs(consumer, handler)
 
-	ctx := msg.Context()
+	begun := time.Now()
 	fingerprint := m.config.Fingerprint(msg)
 	tx, prior, err := m.store.Claim(ctx, Claim{Consumer: consumer, Key: key, Fingerprint: fingerprint})
+	m.metrics.claimDuration.Record(ctx, seconds(begun), attrs)
 	if err != nil {
+		m.metrics.fail(ctx, consumer, handler, "claim")
 		return nil, fmt.Errorf("inbox: claim key %q for consumer %q: %w", key, consumer, err)
 	}
 	if prior != nil {
-		return m.duplicate(consumer, key, fingerprint, prior, fields)
+		return m.duplicate(ctx, attrs, consumer, key, fingerprint, prior, fields)
 	}
 
 	msg.SetContext(withClaim(ctx, claimed{tx: tx.Driver(), key: key}))
@@ -128,6 +148,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 	defer func() {
 		if recovered := recover(); recovered != nil {
 			m.rollback(ctx, tx, fields)
+			m.metrics.rolledBack.Add(ctx, 1, attrs)
 			panic(recovered) // the router (or middleware.Recoverer) turns it into a nack
 		}
 	}()
@@ -137,27 +158,33 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 		if rbErr := m.rollback(ctx, tx, fields); rbErr != nil {
 			err = errors.Join(err, rbErr)
 		}
+		m.metrics.rolledBack.Add(ctx, 1, attrs)
 		return nil, err
 	}
 
 	encoded, err := encodeProduced(produced)
 	if err != nil {
+		m.metrics.fail(ctx, consumer, handler, "commit")
 		return nil, errors.Join(err, m.rollback(ctx, tx, fields))
 	}
 	// A commit that fails may still have been made durable by the server before the
 	// connection broke. Either way we nack: the redelivery finds the claim committed and is
 	// acked as a duplicate, or finds it absent and runs the handler again.
 	if err := tx.Commit(ctx, encoded); err != nil {
+		m.metrics.fail(ctx, consumer, handler, "commit")
 		return nil, fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", key, consumer, err)
 	}
+	m.metrics.txDuration.Record(ctx, seconds(begun), attrs)
+	m.metrics.processed.Add(ctx, 1, attrs)
 	m.logger.Trace("Inbox: message processed", fields)
 	return produced, nil
 }
 
 // duplicate acks a message whose key is committed, returning what its first handler run
 // produced, unless its payload differs and the policy rejects that.
-func (m *middleware) duplicate(consumer, key string, fingerprint []byte, prior *Processed, fields watermill.LogFields) ([]*message.Message, error) {
+func (m *middleware) duplicate(ctx context.Context, attrs metric.MeasurementOption, consumer, key string, fingerprint []byte, prior *Processed, fields watermill.LogFields) ([]*message.Message, error) {
 	if fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(fingerprint, prior.Fingerprint) {
+		m.metrics.mismatches.Add(ctx, 1, attrs)
 		mismatch := &FingerprintMismatchError{Consumer: consumer, Key: key, Stored: prior.Fingerprint, Received: fingerprint}
 		if m.config.OnFingerprintMismatch == RejectMismatch {
 			return nil, mismatch
@@ -168,6 +195,7 @@ func (m *middleware) duplicate(consumer, key string, fingerprint []byte, prior *
 	if err != nil {
 		return nil, err
 	}
+	m.metrics.duplicates.Add(ctx, 1, attrs)
 	m.logger.Debug("Inbox: duplicate message skipped", fields.Add(watermill.LogFields{"republished": len(produced)}))
 	return produced, nil
 }
@@ -184,18 +212,18 @@ func (m *middleware) rollback(ctx context.Context, tx Tx, fields watermill.LogFi
 	return nil
 }
 
-func (m *middleware) consumer(msg *message.Message) (string, error) {
+// consumer is Config.Consumer, or else the name of the router handler.
+func (m *middleware) consumer(handler string) (string, error) {
 	if m.config.Consumer != "" {
 		return m.config.Consumer, nil
 	}
-	name := message.HandlerNameFromCtx(msg.Context())
-	if name == "" {
+	if handler == "" {
 		return "", ErrNoConsumer
 	}
-	if err := validateConsumer(name); err != nil {
+	if err := validateConsumer(handler); err != nil {
 		return "", err
 	}
-	return name, nil
+	return handler, nil
 }
 
 func (m *middleware) key(msg *message.Message) (string, error) {
