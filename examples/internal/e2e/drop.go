@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -14,6 +15,7 @@ import (
 // ack never reaches the broker, which still holds the original as in flight.
 type dropper struct {
 	after, limit int
+	eligible     func(orderID string) bool
 	done         chan struct{}
 
 	mu      sync.Mutex
@@ -22,9 +24,10 @@ type dropper struct {
 	settled int      // copies the router acked or nacked
 }
 
-// newDropper drops the acks of limit deliveries, after letting the first `after` through.
-func newDropper(after, limit int) *dropper {
-	return &dropper{after: after, limit: limit, done: make(chan struct{})}
+// newDropper drops the acks of limit deliveries of eligible orders, after letting the first
+// `after` deliveries through.
+func newDropper(after, limit int, eligible func(orderID string) bool) *dropper {
+	return &dropper{after: after, limit: limit, eligible: eligible, done: make(chan struct{})}
 }
 
 func (d *dropper) stop() { close(d.done) }
@@ -37,7 +40,7 @@ func (d *dropper) shouldDrop(msg *message.Message) bool {
 		return false
 	}
 	order, err := billing.DecodeOrder(msg)
-	if err != nil {
+	if err != nil || !d.eligible(order.OrderID) || slices.Contains(d.dropped, order.OrderID) {
 		return false
 	}
 	d.dropped = append(d.dropped, order.OrderID)

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmjetstream "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/inboxkit/watermill-inbox/examples/internal/e2e"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
+)
+
+// TestNATSJetStream: three subscribers share one durable consumer; a nack is a NAK that
+// JetStream redelivers, and the messages the first subscribers never acked are redelivered
+// by JetStream once their ack wait runs out.
+func TestNATSJetStream(t *testing.T) {
+	natsURL := testenv.NATSURL(t)
+	pool := e2e.Pool(t)
+	stream := testenv.Name("orders")
+
+	// The stream exists before anything is published to it (the subscribers create it too).
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: stream, Subjects: []string{stream}}); err != nil {
+		t.Fatalf("JetStream (nats-server -js): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := js.DeleteStream(context.WithoutCancel(t.Context()), stream); err != nil {
+			t.Errorf("delete stream %s: %v", stream, err)
+		}
+	})
+
+	publisher, err := wmjetstream.NewPublisher(wmjetstream.PublisherConfig{URL: natsURL, Logger: watermill.NopLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = publisher.Close() })
+
+	e2e.Run(t, pool, e2e.Scenario{
+		Topic:     stream,
+		Publisher: publisher,
+		NewSubscriber: func(t *testing.T) message.Subscriber {
+			sub, err := newSubscriber(natsURL, 2*time.Second) // redeliver a dead subscriber's messages soon
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sub
+		},
+		Workers: 3,
+		Crashes: 2,
+	})
+}
