@@ -49,6 +49,7 @@ type statements struct {
 	lockTimeoutArgs []any
 	schema          []string
 	schemaLock      string
+	cleanup         cleanupStatements
 }
 
 func newStatements(dialect Dialect, config Config) (statements, error) {
@@ -75,6 +76,9 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		return statements{}, err
 	}
 	s.schema, s.schemaLock = schema, dialect.schemaLock
+	if s.cleanup, err = newCleanupStatements(dialect, config.Table); err != nil {
+		return statements{}, err
+	}
 	if config.LockTimeout > 0 {
 		s.lockTimeout, s.lockTimeoutArgs = dialect.lockTimeout(config.LockTimeout)
 	}

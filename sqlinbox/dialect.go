@@ -26,6 +26,16 @@ type Dialect struct {
 	// schemaLock, when set, serialises InitializeSchema across instances that start at once
 	// (PostgreSQL's CREATE TABLE IF NOT EXISTS can fail when two run concurrently).
 	schemaLock string
+	// cleanup deletes one batch of the oldest rows older than a retention, of every
+	// consumer; its parameters are cleanupArgs. expired counts what cleanup would delete.
+	// %[1]s is the quoted table.
+	cleanup, expired string
+	// cleanupLock tries, without waiting, to take the lock that lets one cleanup of a table
+	// run at a time and returns 1 if it did; cleanupUnlock releases it. Both are session
+	// locks: they hold on the connection that took them. Their parameter is the table name
+	// (quoted on PostgreSQL, as written on MySQL). Empty: no lock (SQLite, whose single
+	// writer serialises the batches anyway).
+	cleanupLock, cleanupUnlock string
 }
 
 var (
@@ -36,6 +46,14 @@ var (
 		prior:      `SELECT payload_hash, produced FROM %s WHERE consumer = $1 AND message_id = $2`,
 		record:     `UPDATE %s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
 		schemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
+		// By ctid, the row's physical address: the subquery finds the batch through the
+		// processed_at index, the DELETE goes straight to each row.
+		cleanup: `DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`,
+		expired: `SELECT count(*) FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond'`,
+		// The key is the table's OID, so "inbox" and "public.inbox" share one lock; the
+		// first int4 ("winb") keeps it apart from other advisory locks.
+		cleanupLock:   `SELECT pg_try_advisory_lock(2003398242, $1::text::regclass::oid::int)::int`,
+		cleanupUnlock: `SELECT pg_advisory_unlock(2003398242, $1::text::regclass::oid::int)::int`,
 	}
 
 	// MySQL is MySQL and MariaDB with InnoDB. The claim is INSERT ... ON DUPLICATE KEY UPDATE
@@ -48,6 +66,13 @@ var (
 		claim:  "INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE consumer = consumer",
 		prior:  "SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?",
 		record: "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
+		// The processed_at index gives the oldest rows; LIMIT bounds the batch.
+		cleanup: "DELETE FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
+		expired: "SELECT COUNT(*) FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND",
+		// Named locks are server-wide: the name holds the database and the table, hashed to
+		// stay under the 64-character limit.
+		cleanupLock:   "SELECT GET_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))), 0)",
+		cleanupUnlock: "SELECT RELEASE_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))))",
 	}
 
 	// SQLite is SQLite 3.24 or later: INSERT ... ON CONFLICT (consumer, message_id) DO NOTHING.
@@ -59,6 +84,9 @@ var (
 		claim:  `INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON CONFLICT (consumer, message_id) DO NOTHING`,
 		prior:  `SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?`,
 		record: `UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?`,
+		// The table is WITHOUT ROWID: delete by primary key.
+		cleanup: `DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`,
+		expired: `SELECT COUNT(*) FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?)`,
 	}
 )
 
@@ -102,6 +130,29 @@ func SchemaSQL(dialect Dialect, table string) (string, error) {
 		return "", err
 	}
 	return inbox.CreateTableSQL(dialect.name, table)
+}
+
+// CleanupSQL returns the statement that deletes one batch of rows older than a retention
+// from table, in dialect. Its parameters are the retention (PostgreSQL and MySQL: whole
+// microseconds as an integer; SQLite: a date modifier such as "-3600.000000 seconds") and
+// the batch size. The cutoff is computed by the database's clock, the one that set
+// processed_at.
+func CleanupSQL(dialect Dialect, table string) (string, error) {
+	return render(dialect, dialect.cleanup, table)
+}
+
+// cleanupArgs returns the parameters of the cleanup and expired statements: the retention,
+// then (for cleanup) the batch size.
+func (d Dialect) cleanupArgs(olderThan time.Duration, batchSize int) []any {
+	var age any = olderThan.Microseconds()
+	if d.name == inbox.DialectSQLite {
+		micros := olderThan.Microseconds()
+		age = fmt.Sprintf("-%d.%06d seconds", micros/1e6, micros%1e6)
+	}
+	if batchSize == 0 {
+		return []any{age}
+	}
+	return []any{age, batchSize}
 }
 
 func render(dialect Dialect, statement, table string) (string, error) {
