@@ -126,7 +126,11 @@ func attackMessage(uuid, sql string) *message.Message {
 func describe(msgs []*message.Message) string {
 	s := "["
 	for _, m := range msgs {
-		s += fmt.Sprintf("{uuid %q, payload %q, metadata %q}", m.UUID, m.Payload, m.Metadata)
+		payload := fmt.Sprintf("%q", m.Payload)
+		if len(m.Payload) > 64 {
+			payload = fmt.Sprintf("%d bytes %q...", len(m.Payload), m.Payload[:16])
+		}
+		s += fmt.Sprintf("{uuid %q, payload %s, metadata %q}", m.UUID, payload, m.Metadata)
 	}
 	return s + "]"
 }
