@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -18,6 +19,7 @@ import (
 	amqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/go-sql-driver/mysql"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -172,12 +174,26 @@ func chaosMariaDB(t *testing.T) *chaosDB {
 	start, end := strings.Index(dsn, "tcp("), strings.Index(dsn, ")/")
 	proxy := startFaultProxy(t, dsn[start+4:end], func() wireProtocol { return &mysqlWire{} },
 		chaosPCutBeforeCommit, chaosPCutDuringCommit, chaosPCutAtStatement)
-	proxied := dsn[:start+4] + proxy.Addr() + dsn[end:]
+	proxied, err := mysql.ParseDSN(dsn[:start+4] + proxy.Addr() + dsn[end:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The driver logs every connection the proxy cuts; count those lines instead.
+	driverLog := &countingLogger{}
+	proxied.Logger = driverLog
+	t.Cleanup(func() { t.Logf("MariaDB driver log lines about broken connections: %d", driverLog.lines.Load()) })
 	return &chaosDB{
 		b:     b,
 		proxy: proxy,
 		newStore: func(t *testing.T) inbox.Store {
-			store, err := sqlinbox.New(openSQL(t, "mysql", proxied), sqlinbox.MySQL, sqlinbox.Config{Table: b.table})
+			connector, err := mysql.NewConnector(proxied)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := sql.OpenDB(connector)
+			db.SetMaxOpenConns(16)
+			t.Cleanup(func() { db.Close() })
+			store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: b.table})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,6 +208,10 @@ func chaosMariaDB(t *testing.T) *chaosDB {
 		},
 	}
 }
+
+type countingLogger struct{ lines atomic.Int64 }
+
+func (l *countingLogger) Print(...any) { l.lines.Add(1) }
 
 // chaosRouter is one running message.Router with its own subscriber.
 type chaosRouter struct {
