@@ -7,8 +7,9 @@ type claimCtxKey struct{}
 
 // claimed is what the middleware puts in the message context while the handler runs.
 type claimed struct {
-	tx  any // the driver's transaction: pgx.Tx, *sql.Tx
-	key string
+	tx      any // the driver's transaction: pgx.Tx, *sql.Tx
+	inboxTx Tx  // the store's, for Queue
+	key     string
 }
 
 func withClaim(ctx context.Context, c claimed) context.Context {

@@ -46,6 +46,8 @@ type backend struct {
 	commitFaults map[string]func(ctx context.Context) error
 	// outage makes the database unavailable to the store until restore is called.
 	outage func() (restore func())
+	// placeholders rewrites a statement written with ? for the driver.
+	placeholders func(string) string
 	// retriable says whether a delivery error is the kind a redelivery fixes (deadlock,
 	// lock timeout, busy database); the suite counts them.
 	retriable func(error) bool
@@ -83,8 +85,9 @@ func pgxBackend(t *testing.T) *backend {
 		newStore: func(config sqlinbox.Config) (inbox.Store, error) {
 			return sqlinbox.NewPgx(proxied, config)
 		},
-		outage:    func() func() { proxy.Cut(); return proxy.Restore },
-		retriable: func(error) bool { return false },
+		outage:       func() func() { proxy.Cut(); return proxy.Restore },
+		retriable:    func(error) bool { return false },
+		placeholders: dollarPlaceholders,
 	}
 	if err := store.InitializeSchema(ctx); err != nil {
 		t.Fatal(err)
@@ -195,10 +198,15 @@ func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect)
 		t.Fatal(err)
 	}
 	dollar := dialect == sqlinbox.Postgres
+	placeholders := func(query string) string { return query }
+	if dollar {
+		placeholders = dollarPlaceholders
+	}
 	return &backend{
-		store:  store,
-		table:  table,
-		direct: sqlRunner{direct, dollar},
+		placeholders: placeholders,
+		store:        store,
+		table:        table,
+		direct:       sqlRunner{direct, dollar},
 		inTx: func(ctx context.Context) (runner, bool) {
 			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 			return sqlRunner{tx, dollar}, ok

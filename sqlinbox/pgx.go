@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -190,17 +191,65 @@ type pgxTx struct {
 	tx    pgx.Tx
 	store *PgxStore
 	claim inbox.Claim
+	statementQueue
 }
+
+var _ inbox.StatementQueuer = (*pgxTx)(nil)
 
 func (t *pgxTx) Driver() any { return t.tx }
 
+// Commit sends the queued statements, the record of produced messages and COMMIT in one
+// pipelined batch: one round trip, whatever the handler queued.
 func (t *pgxTx) Commit(ctx context.Context, produced []byte) error {
+	queued := t.take()
+	if len(queued) == 0 && produced == nil {
+		return pgxEnded(t.tx.Commit(ctx))
+	}
+	batch := &pgx.Batch{}
+	for _, q := range queued {
+		batch.Queue(q.sql, q.args...)
+	}
 	if produced != nil {
-		if _, err := t.tx.Exec(ctx, t.store.sql.record, produced, t.claim.Consumer, t.claim.Key); err != nil {
-			return endAfter(ctx, t.tx, pgxEnded(fmt.Errorf("sqlinbox: record produced messages: %w", err)))
+		batch.Queue(t.store.sql.record, produced, t.claim.Consumer, t.claim.Key)
+	}
+	batch.Queue("commit")
+	if err := sendCommitBatch(ctx, t.tx, batch); err != nil {
+		return endAfter(ctx, t.tx, pgxEnded(err))
+	}
+	closeCommitted(ctx, t.tx)
+	return nil
+}
+
+func sendCommitBatch(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) error {
+	results := tx.SendBatch(ctx, batch)
+	var tag pgconn.CommandTag
+	var err error
+	for range batch.Len() {
+		if tag, err = results.Exec(); err != nil {
+			break
 		}
 	}
-	return pgxEnded(t.tx.Commit(ctx))
+	if closeErr := results.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return fmt.Errorf("sqlinbox: commit batch: %w", err)
+	}
+	if tag.String() == "ROLLBACK" { // the server rolled back instead, as pgx's Commit reports
+		return fmt.Errorf("sqlinbox: commit batch: %w", pgx.ErrTxCommitRollback)
+	}
+	return nil
+}
+
+// closeCommitted marks tx ended after a COMMIT sent in a batch, without another round trip.
+// pgx offers no other way: Commit with a context that is already done sends nothing (pgconn
+// checks the context before writing), and since the connection is idle it is neither
+// closed nor broken; a pool's transaction gives its connection back. A query tracer sees
+// this "commit" fail with context.Canceled.
+func closeCommitted(ctx context.Context, tx pgx.Tx) {
+	done, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancel()
+	_ = tx.Commit(done)
 }
 
 func (t *pgxTx) Rollback(ctx context.Context) error { return pgxEnded(t.tx.Rollback(ctx)) }

@@ -112,14 +112,23 @@ type sqlTx struct {
 	tx    *sql.Tx
 	store *SQLStore
 	claim inbox.Claim
+	statementQueue
 }
+
+var _ inbox.StatementQueuer = (*sqlTx)(nil)
 
 func (t *sqlTx) Driver() any { return t.tx }
 
+// Commit runs the queued statements and the record of produced messages, then commits.
+// database/sql cannot pipeline them: each is a round trip.
 func (t *sqlTx) Commit(ctx context.Context, produced []byte) error {
+	statements := t.take()
 	if produced != nil {
-		if _, err := t.tx.ExecContext(ctx, t.store.sql.record, produced, t.claim.Consumer, t.claim.Key); err != nil {
-			err = sqlEnded(fmt.Errorf("sqlinbox: record produced messages: %w", err))
+		statements = append(statements, queuedStatement{t.store.sql.record, []any{produced, t.claim.Consumer, t.claim.Key}})
+	}
+	for _, q := range statements {
+		if _, err := t.tx.ExecContext(ctx, q.sql, q.args...); err != nil {
+			err = sqlEnded(fmt.Errorf("sqlinbox: before commit: %w", err))
 			if rbErr := t.tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 				err = errors.Join(err, fmt.Errorf("sqlinbox: rollback: %w", rbErr))
 			}

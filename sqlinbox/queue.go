@@ -1,0 +1,30 @@
+package sqlinbox
+
+import "sync"
+
+// statementQueue holds the statements a handler deferred to the commit with inbox.Queue.
+type statementQueue struct {
+	mu         sync.Mutex
+	statements []queuedStatement
+}
+
+type queuedStatement struct {
+	sql  string
+	args []any
+}
+
+// Queue implements inbox.StatementQueuer.
+func (q *statementQueue) Queue(sql string, args ...any) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.statements = append(q.statements, queuedStatement{sql, args})
+}
+
+// take returns the queued statements and empties the queue.
+func (q *statementQueue) take() []queuedStatement {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	statements := q.statements
+	q.statements = nil
+	return statements
+}
