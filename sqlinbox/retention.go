@@ -198,7 +198,8 @@ func prepareCleanup(olderThan time.Duration, config *CleanupConfig) error {
 // One cleanup of a table runs at a time across every process: Cleanup takes a PostgreSQL
 // advisory lock, keyed by the table's OID, on one pool connection for the whole pass, and
 // returns ErrCleanupBusy at once if another cleanup holds it. The store must be built on a
-// *pgxpool.Pool or a *pgx.Conn.
+// *pgxpool.Pool or a *pgx.Conn. Should releasing the lock fail, a pool's connection is closed,
+// which releases it; a *pgx.Conn of yours keeps it until you close the connection.
 //
 // A row deleted while a copy of its message can still arrive lets that copy be processed
 // again: choose olderThan longer than the longest redelivery path (docs/operating.md).
