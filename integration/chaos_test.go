@@ -39,7 +39,7 @@ import (
 // that on MariaDB; INBOX_CHAOS_ORDERS=n sets the PostgreSQL count, INBOX_CHAOS_LONG=1 sets
 // it to 20,000 (the full run).
 const (
-	chaosDefaultOrders = 5000
+	chaosDefaultOrders = 4000
 	chaosLongOrders    = 20000
 	chaosRouters       = 4
 
