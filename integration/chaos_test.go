@@ -59,6 +59,8 @@ var errInjected = errors.New("injected handler error: invoice mailer timed out")
 type chaosFaults struct {
 	handlerErrors, panics, sessionsKilled, restarts atomic.Int64
 	deliveries, nacks                               atomic.Int64
+	// badAcks counts deliveries acked without their claim and one invoice committed.
+	badAcks atomic.Int64
 }
 
 // chaosDB is one database under test: the backend (direct access, tables, inTx), how to open
@@ -242,6 +244,7 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 
 	// acked holds every published copy the routers acked at least once.
 	var ackedMu sync.Mutex
+	var badAck atomic.Pointer[error]
 	acked := map[string]struct{}{}
 	countAcks := func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
@@ -254,6 +257,17 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 			ackedMu.Lock()
 			acked[msg.Metadata.Get("copy")] = struct{}{}
 			ackedMu.Unlock()
+			// The router acks now: the order's claim and its one invoice must be committed
+			// already, whether this delivery committed them or found them as a duplicate.
+			n, err := db.b.direct.count(context.WithoutCancel(msg.Context()), "SELECT COUNT(*) FROM "+db.b.table+
+				" i JOIN "+db.b.business+" b ON b.msg_key = i.message_id WHERE i.consumer = ? AND i.message_id = ?",
+				"billing", msg.UUID)
+			if err != nil || n != 1 {
+				faults.badAcks.Add(1)
+				err := fmt.Errorf("copy %s acked with %d committed claim+invoice rows (err %v)",
+					msg.Metadata.Get("copy"), n, err)
+				badAck.CompareAndSwap(nil, &err)
+			}
 			return out, nil
 		}
 	}
@@ -407,28 +421,16 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 	// Wait for the end state, with a deadline that grows with the run.
 	deadline := time.Now().Add(90*time.Second + time.Duration(orders)*10*time.Millisecond)
 	var state string
-	for {
+	for !chaosFinished(t, db.b, broker, restarted, orders, len(copies), func() int {
 		ackedMu.Lock()
-		ackedCopies := len(acked)
-		ackedMu.Unlock()
-		ready := broker.ready(t)
-		nClaims, nInvoices := claims(), db.b.rows(t, db.b.business, "")
-		state = fmt.Sprintf("copies acked %d/%d, claims %d/%d, invoices %d/%d, ready in queue %d",
-			ackedCopies, len(copies), nClaims, orders, nInvoices, orders, ready)
-		select {
-		case <-restarted:
-			if ackedCopies == len(copies) && nClaims == orders && nInvoices == orders && ready == 0 {
-				goto done
-			}
-		default:
-			state += ", router 1 not restarted yet"
-		}
+		defer ackedMu.Unlock()
+		return len(acked)
+	}, &state) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out: %s; faults so far: %s", state, faults.String(db.proxy))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-done:
 	processed := time.Since(began)
 	stopKiller()
 	<-killerDone
@@ -452,18 +454,41 @@ done:
 	wantRows(t, "inbox rows", claims(), orders)
 	wantRows(t, "inbox rows of consumer billing", db.b.rows(t, db.b.table, "WHERE consumer = ?", "billing"), orders)
 
+	if err := badAck.Load(); err != nil {
+		t.Errorf("%d deliveries acked without their claim and invoice committed; the first: %v", faults.badAcks.Load(), *err)
+	}
+
 	t.Logf("chaos %s: %d orders, %d copies published (%.1fs), all processed in %.1fs: %s",
 		t.Name(), orders, len(copies), published.Seconds(), processed.Seconds(), state)
 	t.Logf("chaos faults: %s", faults.String(db.proxy))
 }
 
+// chaosFinished reports whether the run reached its end state: router 1 restarted, every
+// copy acked, one claim and one invoice per order, nothing ready in the queue. state
+// describes where the run is.
+func chaosFinished(t *testing.T, b *backend, broker *brokerQueue, restarted <-chan struct{}, orders, copies int,
+	ackedCopies func() int, state *string,
+) bool {
+	acked, ready := ackedCopies(), broker.ready(t)
+	claims, invoices := b.rows(t, b.table, ""), b.rows(t, b.business, "")
+	*state = fmt.Sprintf("copies acked %d/%d, claims %d/%d, invoices %d/%d, ready in queue %d",
+		acked, copies, claims, orders, invoices, orders, ready)
+	select {
+	case <-restarted:
+	default:
+		*state += ", router 1 not restarted yet"
+		return false
+	}
+	return acked == copies && claims == orders && invoices == orders && ready == 0
+}
+
 func (f *chaosFaults) String(p *faultProxy) string {
 	return fmt.Sprintf("handler errors %d, panics %d, sessions killed by the server %d, "+
 		"connections cut before COMMIT %d, during COMMIT %d, at another statement %d, router restarts %d; "+
-		"deliveries %d, nacks %d",
+		"deliveries %d, nacks %d, acks without a committed claim %d",
 		f.handlerErrors.Load(), f.panics.Load(), f.sessionsKilled.Load(),
 		p.cutBeforeCommit.Load(), p.cutDuringCommit.Load(), p.cutAtStatement.Load(), f.restarts.Load(),
-		f.deliveries.Load(), f.nacks.Load())
+		f.deliveries.Load(), f.nacks.Load(), f.badAcks.Load())
 }
 
 // claimsNoFail counts inbox rows from a goroutine that must not call t.Fatal; an error
