@@ -58,6 +58,9 @@ type Scenario struct {
 	// exceed the number of deliveries the broker lets be in flight at once. Default: 0, one
 	// router and no restart.
 	Crashes int
+	// NoRestart keeps the first router running after the acks are dropped: the broker must
+	// redeliver those messages on its own (an ack timeout), to the same router.
+	NoRestart bool
 	// Key is the inbox key function. Default: the message UUID.
 	Key func(*message.Message) (string, error)
 	// Timeout bounds each wait. Default: 90s.
@@ -218,8 +221,10 @@ func Run(t *testing.T, pool *pgxpool.Pool, s Scenario) Report {
 		waitFor(t, s.Timeout, "the first router to handle the deliveries whose acks it drops", func() bool {
 			return drop.settledCount() == s.Crashes
 		})
-		closeRouter(router)
-		router = startRouter(nil)
+		if !s.NoRestart {
+			closeRouter(router)
+			router = startRouter(nil)
+		}
 	}
 
 	var missing string // what the last check found missing, for the timeout message

@@ -1,0 +1,78 @@
+// Command kafka runs the billing handler behind the inbox on Kafka, as a consumer group.
+//
+//	go run ./examples/kafka -brokers 127.0.0.1:9092
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+
+	"github.com/inboxkit/watermill-inbox/examples/billing"
+	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
+)
+
+func main() {
+	brokers := flag.String("brokers", demo.DefaultKafkaBrokers, "Kafka brokers, comma-separated")
+	postgres := flag.String("postgres", demo.DefaultPostgresURL, "PostgreSQL URL")
+	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
+	flag.Parse()
+
+	if err := run(strings.Split(*brokers, ","), *postgres, *orders); err != nil {
+		fmt.Fprintln(os.Stderr, "kafka:", err)
+		os.Exit(1)
+	}
+}
+
+func run(brokers []string, postgres string, orders int) error {
+	publisher, err := newPublisher(brokers)
+	if err != nil {
+		return err
+	}
+	defer publisher.Close()
+	subscriber, err := newSubscriber(brokers)
+	if err != nil {
+		return err
+	}
+	return demo.Run(context.Background(), demo.Options{
+		PostgresURL: postgres,
+		Topic:       billing.Topic,
+		Orders:      orders,
+		Publisher:   publisher,
+		Subscriber:  subscriber,
+		Out:         os.Stdout,
+	})
+}
+
+// newPublisher sends each message as a record whose header _watermill_message_uuid holds
+// the UUID: the inbox key.
+func newPublisher(brokers []string) (*kafka.Publisher, error) {
+	return kafka.NewPublisher(kafka.PublisherConfig{
+		Brokers:   brokers,
+		Marshaler: kafka.DefaultMarshaler{},
+	}, watermill.NopLogger{})
+}
+
+// newSubscriber joins the consumer group "billing". The partitions are shared among the
+// group's members and each is consumed in order, one record at a time; a nack is handed to
+// the handler again after NackResendSleep, in this process. Kafka itself redelivers what a
+// member had not committed when it left or died: the member that takes over its partitions
+// starts from the last committed offset.
+func newSubscriber(brokers []string) (*kafka.Subscriber, error) {
+	config := kafka.DefaultSaramaSubscriberConfig()
+	// A new group starts at the beginning of the topic, so that what was published before
+	// the group joined is consumed too.
+	config.Consumer.Offsets.Initial = sarama.OffsetOldest
+	return kafka.NewSubscriber(kafka.SubscriberConfig{
+		Brokers:               brokers,
+		Unmarshaler:           kafka.DefaultMarshaler{},
+		ConsumerGroup:         "billing",
+		OverwriteSaramaConfig: config,
+	}, watermill.NopLogger{})
+}
