@@ -31,6 +31,9 @@ const (
 	MetricClaimDuration = "inbox.claim.duration"
 	// MetricTransactionDuration is the time from BEGIN to the end of COMMIT, in seconds.
 	MetricTransactionDuration = "inbox.transaction.duration"
+	// MetricRowsCleaned counts inbox rows deleted by retention (sqlinbox's Cleanup), with the
+	// attribute "table" instead of consumer and handler.
+	MetricRowsCleaned = "inbox.cleanup.rows_deleted"
 )
 
 type metrics struct {

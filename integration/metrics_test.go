@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // The middleware's OpenTelemetry metrics, read with the SDK's manual reader after a known
@@ -91,5 +93,45 @@ func TestMetrics(t *testing.T) {
 		if counts[name] != want {
 			t.Errorf("%s: %d measurements, want %d", name, counts[name], want)
 		}
+	}
+}
+
+// Retention counts the rows it deletes, per table.
+func TestCleanupMetric(t *testing.T) {
+	b := backends["database-sql/sqlite"](t)
+	for _, key := range []string{"a", "b", "c"} {
+		if err := b.direct.exec(context.Background(),
+			"INSERT INTO "+b.table+" (consumer, message_id, processed_at) VALUES ('billing', ?, '2000-01-01T00:00:00.000Z')", key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+
+	store := b.store.(*sqlinbox.SQLStore)
+	deleted, err := store.Cleanup(context.Background(), time.Hour, sqlinbox.CleanupConfig{BatchSize: 2, MeterProvider: provider})
+	if err != nil || deleted != 3 {
+		t.Fatalf("Cleanup = %d, %v; want 3 rows", deleted, err)
+	}
+	var data metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &data); err != nil {
+		t.Fatal(err)
+	}
+	var counted int64
+	for _, scope := range data.ScopeMetrics {
+		for _, m := range scope.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == inbox.MetricRowsCleaned {
+				for _, p := range sum.DataPoints {
+					if table, _ := p.Attributes.Value("table"); table.AsString() != b.table {
+						t.Errorf("table attribute %q, want %q", table.AsString(), b.table)
+					}
+					counted += p.Value
+				}
+			}
+		}
+	}
+	if counted != 3 {
+		t.Errorf("%s = %d, want 3", inbox.MetricRowsCleaned, counted)
 	}
 }

@@ -10,6 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 )
@@ -42,6 +45,10 @@ type CleanupConfig struct {
 	// (Batches 0), then after each batch; the last call has Done set. The lock is held
 	// during every call, so a slow Progress delays other cleanups, not claims.
 	Progress func(CleanupProgress)
+
+	// MeterProvider receives the inbox.cleanup.rows_deleted counter (inbox.MetricRowsCleaned),
+	// with the attribute "table". Default: the global provider, otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // CleanupProgress is the state of a cleanup pass, as given to CleanupConfig.Progress.
@@ -60,6 +67,9 @@ type CleanupProgress struct {
 func (c *CleanupConfig) setDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultCleanupBatchSize
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
 	}
 }
 
@@ -83,12 +93,13 @@ func validateOlderThan(olderThan time.Duration) error {
 // cleanupStatements is what a cleanup sends, rendered once at construction.
 type cleanupStatements struct {
 	dialect                        Dialect
+	table                          string
 	cleanup, expired, lock, unlock string
 	lockArg                        string
 }
 
 func newCleanupStatements(dialect Dialect, table string) (cleanupStatements, error) {
-	s := cleanupStatements{dialect: dialect, lock: dialect.cleanupLock, unlock: dialect.cleanupUnlock, lockArg: table}
+	s := cleanupStatements{dialect: dialect, table: table, lock: dialect.cleanupLock, unlock: dialect.cleanupUnlock, lockArg: table}
 	var err error
 	if s.cleanup, err = render(dialect, dialect.cleanup, table); err != nil {
 		return cleanupStatements{}, err
@@ -138,6 +149,12 @@ func (s cleanupStatements) pass(ctx context.Context, session cleanupSession, old
 			}
 		}()
 	}
+	rowsCleaned, err := config.MeterProvider.Meter(inbox.MeterName).Int64Counter(inbox.MetricRowsCleaned,
+		metric.WithDescription("Inbox rows deleted by retention cleanup"), metric.WithUnit("{row}"))
+	if err != nil {
+		return 0, false, fmt.Errorf("sqlinbox: cleanup: metrics: %w", err)
+	}
+	tableAttr := metric.WithAttributes(attribute.String("table", s.table))
 	start := time.Now()
 	var progress CleanupProgress
 	report := func() {
@@ -154,6 +171,7 @@ func (s cleanupStatements) pass(ctx context.Context, session cleanupSession, old
 		if err != nil {
 			return progress.Deleted, false, fmt.Errorf("sqlinbox: cleanup: batch %d: %w", progress.Batches+1, err)
 		}
+		rowsCleaned.Add(ctx, n, tableAttr)
 		progress.Batches++
 		progress.Batch = n
 		progress.Deleted += n
