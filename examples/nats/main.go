@@ -61,9 +61,9 @@ func newSubscriber(natsURL string, ackWait time.Duration) (*wmjetstream.Subscrib
 		Logger:              watermill.NopLogger{},
 		AckWaitTimeout:      ackWait,
 		ResourceInitializer: durableConsumer("billing", ackWait),
-		// Fetch a few messages at a time: JetStream's ack clock runs from delivery, so a
-		// large buffer would time out before its messages reach the handler.
-		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(10)},
+		// Fetch one message at a time: JetStream's ack clock runs from delivery, so the
+		// messages of a large buffer could time out behind a slow one and be redelivered.
+		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(1)},
 	})
 }
 

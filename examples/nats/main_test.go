@@ -22,7 +22,8 @@ import (
 // The subscribers are not restarted mid-run: watermill-nats v2.1.3's jetstream package
 // closes its output channel while a consumer callback may still send on it
 // (consumer.go:158 against message_handler.go:52), which -race reports when a subscriber
-// closes during traffic. The ack timeout is the redelivery a dead consumer gets anyway.
+// closes during traffic. The ack timeout is the redelivery a dead consumer gets anyway, and
+// the router closes only once every order is in and the redeliveries are done.
 func TestNATSJetStream(t *testing.T) {
 	natsURL := testenv.NATSURL(t)
 	pool := e2e.Pool(t)

@@ -270,7 +270,7 @@ func Run(t *testing.T, pool *pgxpool.Pool, s Scenario) Report {
 		report.Dropped = len(drop.droppedIDs())
 	}
 	checkDatabase(t, pool, invoices, inboxTable, orders, s.Key == nil)
-	t.Logf("orders %d, published %d, deliveries %d, handler runs %d, rollbacks %d, failed commits %d, duplicates skipped %d, acks dropped before restart %d",
+	t.Logf("orders %d, published %d, deliveries %d, handler runs %d, rollbacks %d, failed commits %d, duplicates skipped %d, acks dropped %d",
 		report.Orders, report.Published, report.Deliveries, report.Runs, report.Rollbacks, report.CommitErrs, report.Skipped, report.Dropped)
 	if report.Deliveries <= report.Orders || report.Skipped == 0 {
 		t.Errorf("no duplicate was delivered: the run proves nothing")
