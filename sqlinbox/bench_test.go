@@ -8,6 +8,9 @@ package sqlinbox_test
 //
 //	go test -run '^$' -bench . -benchtime 20000x ./sqlinbox/
 //
+// (75-95 s on a 2-core machine with PostgreSQL on it; proportionally longer while other
+// jobs load it: lower N then, or select one benchmark with -bench 'Pgx').
+//
 // Without -bench, `go test` never runs a benchmark, so they cost `go test ./...` nothing.
 // Without a reachable PostgreSQL they skip (or fail with INBOX_TEST_REQUIRE_SERVICES=1).
 //
@@ -64,10 +67,12 @@ import (
 )
 
 // benchRoundSize is how many messages of each variant one round runs at the given
-// concurrency: enough that the end of a round, when fewer messages than workers are left,
-// costs little (25 per worker), and short enough that one round of a variant lasts about
-// 0.1 s on this kind of machine.
-func benchRoundSize(workers int) int { return max(250, 25*workers) }
+// concurrency, at least 16 per worker: the end of a round, when fewer messages than workers
+// are left, idles workers for about half a message's latency, which inflates both variants'
+// times by about the same fraction (1/32), so it does not bias the ratio. Rounds are short
+// (about 0.1 s per variant here) so that a run has many pairs of rounds: 40 at 1 and 8
+// workers, 19 at 32 with -benchtime 20000x.
+func benchRoundSize(workers int) int { return max(250, 16*workers) }
 
 // benchPayload is what every message carries: the middleware fingerprints it (SHA-256 by
 // default) and stores the fingerprint with the claim, so its size is part of the cost.
