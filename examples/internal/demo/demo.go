@@ -65,7 +65,11 @@ func Run(ctx context.Context, o Options) error {
 	if err := store.InitializeSchema(ctx); err != nil {
 		return err
 	}
-	defer pool.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+inboxTable)
+	quotedInbox, err := inbox.QuoteTableName(inbox.DialectPostgres, inboxTable)
+	if err != nil {
+		return err
+	}
+	defer pool.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+quotedInbox)
 	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{}, nil)
 	if err != nil {
 		return err
