@@ -252,7 +252,8 @@ func Run(t *testing.T, pool *pgxpool.Pool, s Scenario) Report {
 		}
 		if drop != nil {
 			// A dropped order is delivered once more than it was published: the broker
-			// gave the unacked message to the second router.
+			// delivered the message it never saw acked again (to the second router, or
+			// with NoRestart after its ack timeout).
 			for _, id := range drop.droppedIDs() {
 				if n := p.deliveriesOf(id); n <= p.copies[id] {
 					missing = fmt.Sprintf("dropped order %s delivered %d times, published %d times", id, n, p.copies[id])
