@@ -41,9 +41,10 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-// rollbackTimeout bounds a rollback that runs after the message context is done, so that a
-// hung database cannot hold the handler for ever.
-const rollbackTimeout = 10 * time.Second
+// endTimeout bounds COMMIT and ROLLBACK, which run detached from the message context: a
+// subscriber that cancels the context while it closes must not fail the commit of a handler
+// that succeeded, and a hung database must not hold the handler for ever.
+const endTimeout = 30 * time.Second
 
 func (c *Config) setDefaults() {
 	if c.Key == nil {
@@ -170,7 +171,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 	// A commit that fails may still have been made durable by the server before the
 	// connection broke. Either way we nack: the redelivery finds the claim committed and is
 	// acked as a duplicate, or finds it absent and runs the handler again.
-	if err := tx.Commit(ctx, encoded); err != nil {
+	if err := m.commit(ctx, tx, encoded); err != nil {
 		m.metrics.fail(ctx, consumer, handler, "commit")
 		return nil, fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", key, consumer, err)
 	}
@@ -200,9 +201,15 @@ func (m *middleware) duplicate(ctx context.Context, attrs metric.MeasurementOpti
 	return produced, nil
 }
 
+func (m *middleware) commit(ctx context.Context, tx Tx, produced []byte) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	return tx.Commit(ctx, produced)
+}
+
 // rollback runs even when the message context is done, because the transaction must end.
 func (m *middleware) rollback(ctx context.Context, tx Tx, fields watermill.LogFields) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	if err := tx.Rollback(ctx); err != nil {
 		err = fmt.Errorf("inbox: rollback: %w", err)

@@ -277,3 +277,22 @@ func TestLockTimeoutBoundsWaitBehindInFlightCopy(t *testing.T) {
 		wantRows(t, "invoices", b.invoices(t, "billing", key), 1)
 	})
 }
+
+// A subscriber that closes cancels the message context, possibly after the handler has done
+// its work: the handler's success still commits (the middleware decides, not the context).
+func TestHandlerSuccessCommitsAfterContextCancelled(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		h := b.handler(t, "billing", nil, nil, func(*message.Message) error {
+			cancel() // after the invoice is written, before the commit
+			return nil
+		})
+		key := watermill.NewUUID()
+		if err := deliver(ctx, h, key); err != nil {
+			t.Fatalf("the handler succeeded, yet: %v", err)
+		}
+		wantRows(t, "invoices", b.invoices(t, "billing", key), 1)
+		wantRows(t, "claims", b.claims(t, "billing", key), 1)
+	})
+}

@@ -65,11 +65,14 @@ func (s *SQLStore) InitializeSchema(ctx context.Context) (err error) {
 
 // Claim implements inbox.Store.
 func (s *SQLStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	txCtx, detach := detachedAfterClaim(ctx)
+	tx, err := s.db.BeginTx(txCtx, nil)
 	if err != nil {
+		detach()
 		return nil, nil, fmt.Errorf("sqlinbox: begin: %w", err)
 	}
 	inserted, prior, err := s.claimIn(ctx, tx, claim)
+	detach()
 	if err != nil {
 		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 			err = errors.Join(err, fmt.Errorf("sqlinbox: rollback: %w", rbErr))
