@@ -123,20 +123,6 @@ func TestProducedMessagesArePublishedDespiteFailedPublishes(t *testing.T) {
 	})
 }
 
-func runRouter(t *testing.T, router *message.Router) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := router.Run(ctx); err != nil {
-			t.Errorf("router: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	<-router.Running()
-}
-
 func TestHandlerWithoutOutputsRecordsNoMessages(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		h := b.handler(t, "billing", nil, nil, nil)

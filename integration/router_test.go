@@ -58,7 +58,13 @@ func startRouter(t *testing.T, b *backend, stack stacking) *routerRun {
 	}
 	router.AddMiddleware(stack(inboxMW, retry.Middleware, poisonMW)...)
 	router.AddConsumerHandler("billing", "orders", r.pubSub, r.handle)
+	runRouter(t, router)
+	return r
+}
 
+// runRouter runs router until the test ends.
+func runRouter(t *testing.T, router *message.Router) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -69,7 +75,6 @@ func startRouter(t *testing.T, b *backend, stack stacking) *routerRun {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	<-router.Running()
-	return r
 }
 
 func (r *routerRun) handle(msg *message.Message) error {
