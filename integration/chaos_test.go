@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -42,6 +43,9 @@ const (
 	chaosDefaultOrders = 4000
 	chaosLongOrders    = 20000
 	chaosRouters       = 4
+	// chaosPoolSize caps each router's pool: a router handles one message at a time, and the
+	// database server is shared with the other packages' tests.
+	chaosPoolSize = 4
 
 	// Per delivery, in the handler, after it wrote the invoice.
 	chaosPHandlerError = 0.10
@@ -109,7 +113,17 @@ func chaosPgx(t *testing.T) *chaosDB {
 	b := pgxBackend(t)
 	db, proxiedURL := chaosPostgres(t, b)
 	db.newStore = func(t *testing.T) inbox.Store {
-		store, err := sqlinbox.NewPgx(openPgxPool(t, proxiedURL), sqlinbox.Config{Table: b.table})
+		config, err := pgxpool.ParseConfig(proxiedURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		config.MaxConns = chaosPoolSize
+		pool, err := pgxpool.NewWithConfig(context.Background(), config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: b.table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +136,9 @@ func chaosStdlibPostgres(t *testing.T) *chaosDB {
 	b := stdlibPostgresBackend(t)
 	db, proxiedURL := chaosPostgres(t, b)
 	db.newStore = func(t *testing.T) inbox.Store {
-		store, err := sqlinbox.New(openSQL(t, "pgx", proxiedURL), sqlinbox.Postgres, sqlinbox.Config{Table: b.table})
+		db := openSQL(t, "pgx", proxiedURL)
+		db.SetMaxOpenConns(chaosPoolSize)
+		store, err := sqlinbox.New(db, sqlinbox.Postgres, sqlinbox.Config{Table: b.table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +209,7 @@ func chaosMariaDB(t *testing.T) *chaosDB {
 				t.Fatal(err)
 			}
 			db := sql.OpenDB(connector)
-			db.SetMaxOpenConns(16)
+			db.SetMaxOpenConns(chaosPoolSize)
 			t.Cleanup(func() { db.Close() })
 			store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: b.table})
 			if err != nil {
