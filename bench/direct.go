@@ -27,6 +27,7 @@ const (
 	variantDupOnly      = "inbox, duplicates only"
 	derivedDupCost      = "time of a duplicate ÷ time of a first delivery"
 	derivedHalfVsInbox  = "half duplicates ÷ inbox (throughput)"
+	variantWhatIf       = "what-if, not the library: Queue with the batch's COMMIT spelled %q"
 	benchConsumer       = "bench"
 	businessCustomer    = "acme"
 	businessAmountCents = int64(1234)
@@ -39,6 +40,7 @@ var benchPayload = message.Payload(`{"customer":"acme","amount_cents":1234,"curr
 // backend is one database with a business table and an inbox store on it.
 type backend struct {
 	name  string // "postgres", "mysql", "sqlite"
+	table string // the inbox table
 	store inbox.Store
 	// business runs the business transaction on its own: BEGIN; INSERT; COMMIT.
 	business func(ctx context.Context, id string) error
@@ -53,7 +55,7 @@ type backend struct {
 func newBackend(ctx context.Context, e *env, db string) (*backend, error) {
 	invoices := e.table(db, "bench_invoice")
 	inboxTable := e.table(db, "bench_inbox")
-	b := &backend{name: db}
+	b := &backend{name: db, table: inboxTable}
 	switch db {
 	case "postgres":
 		pool := e.pg
@@ -155,7 +157,11 @@ func newBackend(ctx context.Context, e *env, db string) (*backend, error) {
 
 // middleware wraps h with the inbox middleware over b's store and counts the handler's runs.
 func (b *backend) middleware(h message.HandlerFunc, runs *atomic.Int64) (message.HandlerFunc, error) {
-	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: benchConsumer}, nil)
+	return middlewareOn(b.store, h, runs)
+}
+
+func middlewareOn(store inbox.Store, h message.HandlerFunc, runs *atomic.Int64) (message.HandlerFunc, error) {
+	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: benchConsumer}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +325,21 @@ func runDirect(ctx context.Context, e *env, rep *report) error {
 			countedVariant(variantQueue, d, handlerOp(queueH, freshKey), &queueRuns, all),
 			halfVariant,
 			countedVariant(variantDupOnly, d, handlerOp(dupH, func(int) string { return pool.key() }), &dupRuns, none),
+		}
+		if db == "postgres" && e.opts.whatIf {
+			for _, spelling := range []string{"commit", "COMMIT"} {
+				var runs atomic.Int64
+				h, err := middlewareOn(newWhatIfStore(e.pg, b.table, spelling), func(msg *message.Message) ([]*message.Message, error) {
+					return nil, inbox.Queue(msg.Context(), b.insert, msg.UUID, businessCustomer, businessAmountCents)
+				}, &runs)
+				if err != nil {
+					return err
+				}
+				variants = append(variants, countedVariant(fmt.Sprintf(variantWhatIf, spelling), d, handlerOp(h, freshKey), &runs, all))
+			}
+			rep.note("direct", "The *what-if* rows are not the library: they re-type sqlinbox.PgxStore's claim and write-behind commit "+
+				"in bench/whatif.go, once as the library spells the batch's COMMIT (\"commit\", to check that the copy reproduces the library's figures) "+
+				"and once spelled \"COMMIT\", so that the cache invalidation by closeCommitted (sqlinbox/pgx.go) misses the batch's prepared statement. See docs/benchmarks/README.md.")
 		}
 		for _, workers := range e.opts.workers {
 			log.Printf("direct %s, %d workers", db, workers)

@@ -52,6 +52,7 @@ type options struct {
 	mysql      string
 	sqlite     string
 	charts     bool
+	whatIf     bool
 	cpuProfile string
 	memProfile string
 	args       []string
@@ -94,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.mysql, "mysql", envOr(testenv.MySQLDSNVar, testenv.DefaultMySQLDSN), "MariaDB/MySQL DSN, or \"off\"; skipped if it does not answer; default from "+testenv.MySQLDSNVar)
 	fs.StringVar(&o.sqlite, "sqlite", "", "SQLite database file (default: a temporary file), or \"off\"")
 	fs.BoolVar(&o.charts, "charts", true, "write PNG charts")
+	fs.BoolVar(&o.whatIf, "whatif", false, "direct scenario on PostgreSQL: add two variants that are not the library (bench/whatif.go): the write-behind commit with the batch's COMMIT spelled \"commit\" and \"COMMIT\"")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {

@@ -127,7 +127,8 @@ var scenarioDescriptions = map[string]string{
 	"cleanup": "An inbox filled with expired rows in chunks of different ages; each round, `PgxStore.Cleanup` " +
 		"(default batches of 10,000 rows) deletes one chunk while the workers claim new messages (claim + COMMIT, no business write) " +
 		"into the same table. *claims alone* runs the same claims for one round without a cleanup, interleaved. " +
-		"Rows/s is the chunk divided by the cleanup's wall time with the claims running.",
+		"A third variant, interleaved too, deletes a chunk with no claims running. " +
+		"Rows/s is the chunk divided by the cleanup's wall time.",
 	"produced": "The inbox handler INSERTs one invoice and returns 0 or 1 message (a 100-byte payload, two metadata entries); " +
 		"with 1, the middleware records it with the claim (an UPDATE sent in the COMMIT batch on pgx). " +
 		"Called directly, so nothing is published: this is what recording costs.",
