@@ -36,6 +36,8 @@ package sqlinbox_test
 //	dup/first_med                    time of a duplicate / time of a first delivery (median)
 //	biz_tx/s, inbox_tx/s, dup_tx/s   throughput of each variant over all its rounds
 //	*_allocs/tx                      heap allocations per message in this process
+//	*_goroutines/tx                  goroutines started per message (besides the workers),
+//	                                 e.g. by a context that database/sql has to watch
 //	*_writes/tx                      writes to the server's socket per message: pgx flushes
 //	                                 a request with one write, so this counts round trips
 //
@@ -49,6 +51,7 @@ import (
 	"math"
 	"net"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -228,6 +231,7 @@ type benchVariant struct {
 	elapsed time.Duration
 	msgs    int
 	allocs  uint64
+	spawned uint64 // goroutines started, besides the workers
 	writes  int64
 }
 
@@ -345,16 +349,18 @@ func benchVariants(b *testing.B, store inbox.Store, business, inInbox message.Ha
 }
 
 func (v *benchVariant) reset() {
-	v.elapsed, v.msgs, v.allocs, v.writes = 0, 0, 0, 0
+	v.elapsed, v.msgs, v.allocs, v.spawned, v.writes = 0, 0, 0, 0, 0
 }
 
 // run runs one round of n messages and returns how long it took.
 func (v *benchVariant) run(b *testing.B, workers, n int, writes *atomic.Int64) time.Duration {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	g0 := benchGoroutinesCreated()
 	w0 := writes.Load()
 	elapsed := benchRound(b, workers, n, v.key, v.handler)
 	w1 := writes.Load()
+	g1 := benchGoroutinesCreated()
 	runtime.ReadMemStats(&after)
 	if v.after != nil {
 		if err := v.after(n); err != nil {
@@ -364,6 +370,7 @@ func (v *benchVariant) run(b *testing.B, workers, n int, writes *atomic.Int64) t
 	v.elapsed += elapsed
 	v.msgs += n
 	v.allocs += after.Mallocs - before.Mallocs
+	v.spawned += g1 - g0 - uint64(workers)
 	v.writes += w1 - w0
 	return elapsed
 }
@@ -374,7 +381,21 @@ func (v *benchVariant) report(b *testing.B) {
 	}
 	b.ReportMetric(float64(v.msgs)/v.elapsed.Seconds(), v.name+"_tx/s")
 	b.ReportMetric(float64(v.allocs)/float64(v.msgs), v.name+"_allocs/tx")
+	if benchGoroutinesCreated() != 0 {
+		b.ReportMetric(float64(v.spawned)/float64(v.msgs), v.name+"_goroutines/tx")
+	}
 	b.ReportMetric(float64(v.writes)/float64(v.msgs), v.name+"_writes/tx")
+}
+
+// benchGoroutinesCreated returns how many goroutines the process has started, or 0 before
+// Go 1.26, whose runtime/metrics do not count them.
+func benchGoroutinesCreated() uint64 {
+	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
 }
 
 // benchRound has workers goroutines process messages 0..n-1 with handler, each message built
@@ -397,7 +418,12 @@ func benchRound(b *testing.B, workers, n int, key func(int) string, handler mess
 				if i >= n {
 					return
 				}
-				if _, err := handler(message.NewMessage(key(i), benchPayload)); err != nil {
+				// A subscriber gives each message a context it cancels once the message is
+				// acked or nacked (gochannel: context.WithCancel of its own).
+				ctx, cancel := context.WithCancel(context.Background())
+				_, err := handler(message.NewMessageWithContext(ctx, key(i), benchPayload))
+				cancel()
+				if err != nil {
 					errOnce.Do(func() { firstErr = err })
 					return
 				}
