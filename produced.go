@@ -19,20 +19,29 @@ type producedRecord struct {
 	Messages []producedMessage `json:"messages"`
 }
 
+// producedMessage keeps every field as bytes (base64 in JSON): encoding/json would replace
+// invalid UTF-8 in a string with U+FFFD, and a UUID that comes back changed is republished
+// as another message, which downstream inboxes do not recognise.
 type producedMessage struct {
-	UUID     string            `json:"uuid"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-	Payload  []byte            `json:"payload"`
+	UUID     []byte      `json:"uuid"`
+	Metadata [][2][]byte `json:"metadata,omitempty"` // key, value
+	Payload  []byte      `json:"payload"`
 }
+
+const producedVersion = 2
 
 // encodeProduced returns nil when there is nothing to record.
 func encodeProduced(msgs []*message.Message) ([]byte, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	record := producedRecord{Version: 1, Messages: make([]producedMessage, len(msgs))}
+	record := producedRecord{Version: producedVersion, Messages: make([]producedMessage, len(msgs))}
 	for i, msg := range msgs {
-		record.Messages[i] = producedMessage{UUID: msg.UUID, Metadata: msg.Metadata, Payload: msg.Payload}
+		m := producedMessage{UUID: []byte(msg.UUID), Payload: msg.Payload}
+		for k, v := range msg.Metadata {
+			m.Metadata = append(m.Metadata, [2][]byte{[]byte(k), []byte(v)})
+		}
+		record.Messages[i] = m
 	}
 	encoded, err := json.Marshal(record)
 	if err != nil {
@@ -49,14 +58,15 @@ func decodeProduced(encoded []byte) ([]*message.Message, error) {
 	if err := json.Unmarshal(encoded, &record); err != nil {
 		return nil, fmt.Errorf("inbox: decode recorded produced messages: %w", err)
 	}
-	if record.Version != 1 {
-		return nil, fmt.Errorf("inbox: recorded produced messages have version %d, this version reads 1", record.Version)
+	if record.Version != producedVersion {
+		return nil, fmt.Errorf("inbox: recorded produced messages have version %d, this version reads %d",
+			record.Version, producedVersion)
 	}
 	msgs := make([]*message.Message, len(record.Messages))
 	for i, m := range record.Messages {
-		msgs[i] = message.NewMessage(m.UUID, m.Payload)
-		for k, v := range m.Metadata {
-			msgs[i].Metadata.Set(k, v)
+		msgs[i] = message.NewMessage(string(m.UUID), m.Payload)
+		for _, kv := range m.Metadata {
+			msgs[i].Metadata.Set(string(kv[0]), string(kv[1]))
 		}
 	}
 	return msgs, nil

@@ -104,3 +104,25 @@ func TestKeyFromMetadata(t *testing.T) {
 		t.Errorf("key = %q, %v; want A-1001", got, err)
 	}
 }
+
+// Any bytes in a produced message's UUID and metadata come back unchanged: a UUID that came
+// back altered would be republished as another message.
+func TestRecordedProducedMessagesKeepInvalidUTF8(t *testing.T) {
+	store := newFakeStore()
+	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(*message.Message) ([]*message.Message, error) {
+		out := message.NewMessage("out-\xff\xfe", []byte{0, 0xff})
+		out.Metadata.Set("\xff", "v\x00\xfe")
+		return []*message.Message{out}, nil
+	})
+	first, err := handler(message.NewMessage("order-1", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := handler(message.NewMessage("order-1", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || !again[0].Equals(first[0]) {
+		t.Errorf("duplicate returned %q %q, want %q %q", again[0].UUID, again[0].Metadata, first[0].UUID, first[0].Metadata)
+	}
+}
