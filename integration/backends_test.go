@@ -63,6 +63,20 @@ var backends = map[string]newBackend{
 }
 
 func pgxBackend(t *testing.T) *backend {
+	return pgxBackendOn(t, func(pool *pgxpool.Pool) sqlinbox.PgxBeginner { return pool })
+}
+
+// pgxBeginOnly hides everything of a pool but Begin, so the store cannot pipeline BEGIN
+// with the claim: the path a PgxBeginner of one's own takes.
+type pgxBeginOnly struct{ pool *pgxpool.Pool }
+
+func (b pgxBeginOnly) Begin(ctx context.Context) (pgx.Tx, error) { return b.pool.Begin(ctx) }
+
+func pgxBeginOnlyBackend(t *testing.T) *backend {
+	return pgxBackendOn(t, func(pool *pgxpool.Pool) sqlinbox.PgxBeginner { return pgxBeginOnly{pool} })
+}
+
+func pgxBackendOn(t *testing.T, db func(*pgxpool.Pool) sqlinbox.PgxBeginner) *backend {
 	ctx := context.Background()
 	directURL := testenv.PostgresURL(t)
 	proxy := startProxy(t, hostOf(t, directURL))
@@ -70,7 +84,7 @@ func pgxBackend(t *testing.T) *backend {
 	proxied := openPgxPool(t, withHost(t, directURL, proxy.Addr()))
 
 	table := testenv.Name("inbox")
-	store, err := sqlinbox.NewPgx(proxied, sqlinbox.Config{Table: table})
+	store, err := sqlinbox.NewPgx(db(proxied), sqlinbox.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +97,7 @@ func pgxBackend(t *testing.T) *backend {
 			return pgxRunner{tx}, ok
 		},
 		newStore: func(config sqlinbox.Config) (inbox.Store, error) {
-			return sqlinbox.NewPgx(proxied, config)
+			return sqlinbox.NewPgx(db(proxied), config)
 		},
 		outage:       func() func() { proxy.Cut(); return proxy.Restore },
 		retriable:    func(error) bool { return false },
