@@ -23,18 +23,20 @@ package sqlinbox_test
 // so a drift between the two stretches of time lands entirely in the ratio. Instead each
 // benchmark below splits b.N into many short rounds (benchRoundSize messages, a fraction of
 // a second each) and runs every variant once per round, in mirrored order (business, inbox,
-// duplicate; then duplicate, inbox, business; ...). The ratio is computed per pair of
-// rounds, from the summed times of each variant in the pair: a drift that is linear in time
-// cancels out within the pair, and the variants ran within a second of each other under the
-// same background load. A burst of load spoils a few pairs, not a whole variant, and the
-// median over the pairs ignores them; the quartiles show the spread. One benchmark op is one message
-// through each variant, so ns/op is their sum; the figures that matter are the custom
-// metrics:
+// queued, duplicate; then duplicate, queued, inbox, business; ...). The ratio is computed
+// per pair of rounds, from the summed times of each variant in the pair: a drift that is
+// linear in time cancels out within the pair, and the variants ran within a second of each
+// other under the same background load. A burst of load spoils a few pairs, not a whole
+// variant, and the median over the pairs ignores them; the quartiles show the spread. One
+// benchmark op is one message through each variant, so ns/op is their sum; the figures that
+// matter are the custom metrics:
 //
 //	ratio_med, ratio_q1, ratio_q3    inbox throughput / business-only throughput: median
 //	                                 and quartiles over the pairs of rounds
 //	dup/first_med                    time of a duplicate / time of a first delivery (median)
-//	biz_tx/s, inbox_tx/s, dup_tx/s   throughput of each variant over all its rounds
+//	queued_ratio_med, _q1, _q3       the same ratio for the pgx handler that writes through
+//	                                 inbox.Queue, so that its INSERT travels with COMMIT
+//	biz_tx/s, inbox_tx/s, ...        throughput of each variant over all its rounds
 //	*_allocs/tx                      heap allocations per message in this process
 //	*_goroutines/tx                  goroutines started per message (besides the workers),
 //	                                 e.g. by a context that database/sql has to watch
@@ -145,7 +147,11 @@ func BenchmarkPgxInbox(b *testing.B) {
 		_, err := tx.Exec(msg.Context(), insert, msg.UUID, "acme", int64(1234))
 		return nil, err
 	}
-	benchVariants(b, store, business, inInbox, writes)
+	// The write-behind path: the INSERT travels with COMMIT, so two round trips in all.
+	queued := func(msg *message.Message) ([]*message.Message, error) {
+		return nil, inbox.Queue(msg.Context(), insert, msg.UUID, "acme", int64(1234))
+	}
+	benchVariants(b, store, business, inInbox, queued, writes)
 }
 
 // BenchmarkSQLInbox is BenchmarkPgxInbox through database/sql (pgx's stdlib driver) and a
@@ -198,7 +204,7 @@ func BenchmarkSQLInbox(b *testing.B) {
 		_, err := tx.ExecContext(msg.Context(), insert, msg.UUID, "acme", int64(1234))
 		return nil, err
 	}
-	benchVariants(b, store, business, inInbox, writes)
+	benchVariants(b, store, business, inInbox, nil, writes)
 }
 
 // benchTables creates the invoice table and names the inbox table (the store creates it);
@@ -236,19 +242,23 @@ type benchVariant struct {
 }
 
 // benchVariants wraps inInbox with the inbox middleware over store and runs, at each worker
-// count, rounds of three variants: business (the plain business handler, no inbox), inbox
-// (first deliveries: fresh UUIDs) and dup (the keys the latest inbox round claimed, so
+// count, rounds of these variants: business (the plain business handler, no inbox), inbox
+// (first deliveries: fresh UUIDs), queued (first deliveries through inQueued, which writes
+// with inbox.Queue; skipped when nil) and dup (the keys the latest inbox round claimed, so
 // every message is a duplicate and the handler must not run).
-func benchVariants(b *testing.B, store inbox.Store, business, inInbox message.HandlerFunc, writes *atomic.Int64) {
+func benchVariants(b *testing.B, store inbox.Store, business, inInbox, inQueued message.HandlerFunc, writes *atomic.Int64) {
 	var handlerRuns atomic.Int64
 	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "bench"}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	wrapped := mw(func(msg *message.Message) ([]*message.Message, error) {
-		handlerRuns.Add(1)
-		return inInbox(msg)
-	})
+	counted := func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			handlerRuns.Add(1)
+			return h(msg)
+		}
+	}
+	wrapped := mw(counted(inInbox))
 
 	// Open and warm every connection (statement caches, catalog caches) before timing.
 	benchRound(b, slices.Max(benchWorkers), 4*slices.Max(benchWorkers), func(int) string { return watermill.NewUUID() }, business)
@@ -276,6 +286,17 @@ func benchVariants(b *testing.B, store inbox.Store, business, inInbox message.Ha
 					return nil
 				},
 			}
+			var queued *benchVariant
+			if inQueued != nil {
+				queued = &benchVariant{name: "queued", handler: mw(counted(inQueued)), key: fresh,
+					after: func(n int) error {
+						if runs := handlerRuns.Swap(0); runs != int64(n) {
+							return fmt.Errorf("handler ran %d times for %d first deliveries", runs, n)
+						}
+						return nil
+					},
+				}
+			}
 			dup := &benchVariant{name: "dup", handler: wrapped,
 				key: func(i int) string { return claimed[i%nClaimed] },
 				after: func(int) error {
@@ -295,7 +316,11 @@ func benchVariants(b *testing.B, store inbox.Store, business, inInbox message.Ha
 			claimed = make([]string, max(warm, b.N/rounds+1))
 			// Warm up this concurrency level; this also claims the keys the first dup round needs.
 			handlerRuns.Store(0)
-			for _, v := range []*benchVariant{biz, first, dup} {
+			all := []*benchVariant{biz, first, dup} // in the order of even rounds
+			if queued != nil {
+				all = []*benchVariant{biz, first, queued, dup}
+			}
+			for _, v := range all {
 				benchRound(b, workers, warm, v.key, v.handler)
 				if v.after != nil {
 					if err := v.after(warm); err != nil {
@@ -303,18 +328,18 @@ func benchVariants(b *testing.B, store inbox.Store, business, inInbox message.Ha
 					}
 				}
 			}
-			biz.reset()
-			first.reset()
-			dup.reset()
+			for _, v := range all {
+				v.reset()
+			}
 
-			var ratios, dupCosts []float64
+			var ratios, queuedRatios, dupCosts []float64
 			times := map[*benchVariant]time.Duration{} // of the current pair of rounds
 			b.ResetTimer()
 			for r := range rounds {
 				n := (r+1)*b.N/rounds - r*b.N/rounds
-				order := []*benchVariant{biz, first, dup}
+				order := slices.Clone(all)
 				if r%2 == 1 {
-					order = []*benchVariant{dup, first, biz} // mirrored: linear drift cancels per pair
+					slices.Reverse(order) // mirrored: linear drift cancels per pair
 				}
 				for _, v := range order {
 					times[v] += v.run(b, workers, n, writes)
@@ -322,6 +347,9 @@ func benchVariants(b *testing.B, store inbox.Store, business, inInbox message.Ha
 				if r%2 == 1 || r == rounds-1 {
 					// Rounds of a pair differ in size by one message at most.
 					ratios = append(ratios, float64(times[biz])/float64(times[first]))
+					if queued != nil {
+						queuedRatios = append(queuedRatios, float64(times[biz])/float64(times[queued]))
+					}
 					dupCosts = append(dupCosts, float64(times[dup])/float64(times[first]))
 					clear(times)
 				}
@@ -334,7 +362,13 @@ func benchVariants(b *testing.B, store inbox.Store, business, inInbox message.Ha
 			b.ReportMetric(benchQuantile(ratios, 0.25), "ratio_q1")
 			b.ReportMetric(benchQuantile(ratios, 0.75), "ratio_q3")
 			b.ReportMetric(benchQuantile(dupCosts, 0.5), "dup/first_med")
-			for _, v := range []*benchVariant{biz, first, dup} {
+			if queued != nil {
+				slices.Sort(queuedRatios)
+				b.ReportMetric(benchQuantile(queuedRatios, 0.5), "queued_ratio_med")
+				b.ReportMetric(benchQuantile(queuedRatios, 0.25), "queued_ratio_q1")
+				b.ReportMetric(benchQuantile(queuedRatios, 0.75), "queued_ratio_q3")
+			}
+			for _, v := range all {
 				v.report(b)
 			}
 			if len(ratios) >= 6 {
@@ -343,6 +377,11 @@ func benchVariants(b *testing.B, store inbox.Store, business, inInbox message.Ha
 					len(ratios), b.N/rounds, benchQuantile(ratios, 0.5), lo, hi,
 					benchQuantile(ratios, 0.25), benchQuantile(ratios, 0.75), ratios[0], ratios[len(ratios)-1],
 					benchQuantile(dupCosts, 0.5), benchQuantile(dupCosts, 0.25), benchQuantile(dupCosts, 0.75))
+				if queued != nil {
+					lo, hi := benchMedianCI(queuedRatios)
+					b.Logf("with inbox.Queue (write-behind): queued/business throughput median %.3f (95%% CI [%.3f, %.3f]), quartiles [%.3f, %.3f]",
+						benchQuantile(queuedRatios, 0.5), lo, hi, benchQuantile(queuedRatios, 0.25), benchQuantile(queuedRatios, 0.75))
+				}
 			}
 		})
 	}
