@@ -212,7 +212,7 @@ func (t *pgxTx) Commit(ctx context.Context, produced []byte) error {
 	if produced != nil {
 		batch.Queue(t.store.sql.record, produced, t.claim.Consumer, t.claim.Key)
 	}
-	batch.Queue("commit")
+	batch.Queue(commitInBatch)
 	if err := sendCommitBatch(ctx, t.tx, batch); err != nil {
 		return endAfter(ctx, t.tx, pgxEnded(err))
 	}
@@ -240,6 +240,12 @@ func sendCommitBatch(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) error {
 	}
 	return nil
 }
+
+// commitInBatch is the COMMIT sent in a batch, where pgx prepares and caches it. Its text
+// must differ from the "commit" that closeCommitted makes pgx's Commit fail with: pgx drops
+// the cached statement of a failed query's text, and re-preparing it would cost two round
+// trips a message.
+const commitInBatch = "COMMIT"
 
 // closeCommitted marks tx ended after a COMMIT sent in a batch, without another round trip.
 // pgx offers no other way: Commit with a context that is already done sends nothing (pgconn

@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
+)
+
+// countingConn counts the writes pgx makes: pgx writes a request, or a pipelined batch,
+// with one write, so writes are round trips.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// The round trips the README promises on pgx: a first delivery costs the claim's batch, the
+// handler's statement and COMMIT; with inbox.Queue, the claim's batch and the commit's; a
+// duplicate, the claim's batch and the ROLLBACK.
+func TestPgxRoundTripsPerMessage(t *testing.T) {
+	ctx := context.Background()
+	config, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int64
+	config.MaxConns = 1
+	config.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return countingConn{conn, &writes}, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b := pgxBackend(t)
+	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: b.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := "INSERT INTO " + b.business + " (consumer, msg_key) VALUES ($1, $2)"
+	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := mw(func(msg *message.Message) ([]*message.Message, error) {
+		tx, _ := inbox.TxFromContext[pgx.Tx](msg.Context())
+		_, err := tx.Exec(msg.Context(), insert, "billing", msg.UUID)
+		return nil, err
+	})
+	queued := mw(func(msg *message.Message) ([]*message.Message, error) {
+		return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
+	})
+
+	const messages = 50
+	perMessage := func(h message.HandlerFunc, keys func(i int) string) float64 {
+		if err := deliver(ctx, h, watermill.NewUUID()); err != nil { // prepares the statements
+			t.Fatal(err)
+		}
+		before := writes.Load()
+		for i := range messages {
+			if err := deliver(ctx, h, keys(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return float64(writes.Load()-before) / messages
+	}
+	var firsts []string
+	for range messages {
+		firsts = append(firsts, watermill.NewUUID())
+	}
+	for _, tc := range []struct {
+		name string
+		h    message.HandlerFunc
+		keys func(i int) string
+		want float64
+	}{
+		{"first delivery, handler uses the transaction", plain, func(i int) string { return firsts[i] }, 3},
+		{"first delivery, handler queues its write", queued, func(int) string { return watermill.NewUUID() }, 2},
+		{"duplicate", plain, func(i int) string { return firsts[i] }, 2},
+	} {
+		if got := perMessage(tc.h, tc.keys); got != tc.want {
+			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)
+		}
+	}
+}
