@@ -74,15 +74,23 @@ func newMetrics(provider metric.MeterProvider) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) attrs(consumer, handler string) metric.MeasurementOption {
+// measurementOptions are the option lists of one attribute set, built once: passing a
+// fresh option to Add or Record allocates its list every time.
+type measurementOptions struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+func (m *metrics) attrs(consumer, handler string) *measurementOptions {
 	key := attributeKey{consumer, handler}
 	if cached, ok := m.attributes.Load(key); ok {
-		return cached.(metric.MeasurementOption)
+		return cached.(*measurementOptions)
 	}
 	option := metric.WithAttributeSet(attribute.NewSet(
 		attribute.String("consumer", consumer), attribute.String("handler", handler)))
-	m.attributes.Store(key, option)
-	return option
+	options := &measurementOptions{add: []metric.AddOption{option}, record: []metric.RecordOption{option}}
+	m.attributes.Store(key, options)
+	return options
 }
 
 func (m *metrics) fail(ctx context.Context, consumer, handler, stage string) {

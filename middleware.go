@@ -128,13 +128,15 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 		m.metrics.fail(ctx, consumer, handler, "key")
 		return nil, err
 	}
-	fields := watermill.LogFields{"consumer": consumer, "message_uuid": msg.UUID, "idempotency_key": key}
 	attrs := m.metrics.attrs(consumer, handler)
+	fields := func() watermill.LogFields { // built only when something is logged
+		return watermill.LogFields{"consumer": consumer, "message_uuid": msg.UUID, "idempotency_key": key}
+	}
 
 	begun := time.Now()
 	fingerprint := m.config.Fingerprint(msg)
 	tx, prior, err := m.store.Claim(ctx, Claim{Consumer: consumer, Key: key, Fingerprint: fingerprint})
-	m.metrics.claimDuration.Record(ctx, seconds(begun), attrs)
+	m.metrics.claimDuration.Record(ctx, seconds(begun), attrs.record...)
 	if err != nil {
 		m.metrics.fail(ctx, consumer, handler, "claim")
 		return nil, fmt.Errorf("inbox: claim key %q for consumer %q: %w", key, consumer, err)
@@ -149,7 +151,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 	defer func() {
 		if recovered := recover(); recovered != nil {
 			m.rollback(ctx, tx, fields)
-			m.metrics.rolledBack.Add(ctx, 1, attrs)
+			m.metrics.rolledBack.Add(ctx, 1, attrs.add...)
 			panic(recovered) // the router (or middleware.Recoverer) turns it into a nack
 		}
 	}()
@@ -159,7 +161,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 		if rbErr := m.rollback(ctx, tx, fields); rbErr != nil {
 			err = errors.Join(err, rbErr)
 		}
-		m.metrics.rolledBack.Add(ctx, 1, attrs)
+		m.metrics.rolledBack.Add(ctx, 1, attrs.add...)
 		return nil, err
 	}
 
@@ -175,29 +177,38 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 		m.metrics.fail(ctx, consumer, handler, "commit")
 		return nil, fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", key, consumer, err)
 	}
-	m.metrics.txDuration.Record(ctx, seconds(begun), attrs)
-	m.metrics.processed.Add(ctx, 1, attrs)
-	m.logger.Trace("Inbox: message processed", fields)
+	m.metrics.txDuration.Record(ctx, seconds(begun), attrs.record...)
+	m.metrics.processed.Add(ctx, 1, attrs.add...)
 	return produced, nil
 }
 
 // duplicate acks a message whose key is committed, returning what its first handler run
 // produced, unless its payload differs and the policy rejects that.
-func (m *middleware) duplicate(ctx context.Context, attrs metric.MeasurementOption, consumer, key string, fingerprint []byte, prior *Processed, fields watermill.LogFields) ([]*message.Message, error) {
+func (m *middleware) duplicate(ctx context.Context, attrs *measurementOptions, consumer, key string, fingerprint []byte,
+	prior *Processed, fields func() watermill.LogFields,
+) ([]*message.Message, error) {
 	if fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(fingerprint, prior.Fingerprint) {
-		m.metrics.mismatches.Add(ctx, 1, attrs)
+		m.metrics.mismatches.Add(ctx, 1, attrs.add...)
 		mismatch := &FingerprintMismatchError{Consumer: consumer, Key: key, Stored: prior.Fingerprint, Received: fingerprint}
 		if m.config.OnFingerprintMismatch == RejectMismatch {
 			return nil, mismatch
 		}
-		m.logger.Error("Inbox: duplicate key with a different payload acked", mismatch, fields)
+		m.logger.Error("Inbox: duplicate key with a different payload acked", mismatch, fields())
 	}
 	produced, err := decodeProduced(prior.Produced)
 	if err != nil {
 		return nil, err
 	}
-	m.metrics.duplicates.Add(ctx, 1, attrs)
-	m.logger.Debug("Inbox: duplicate message skipped", fields.Add(watermill.LogFields{"republished": len(produced)}))
+	m.metrics.duplicates.Add(ctx, 1, attrs.add...)
+	if _, silent := m.logger.(watermill.NopLogger); silent {
+		return produced, nil // skip building the log fields of every duplicate
+	}
+	if len(produced) > 0 {
+		m.logger.Debug("Inbox: duplicate message skipped, its produced messages returned again",
+			fields().Add(watermill.LogFields{"republished": len(produced)}))
+	} else {
+		m.logger.Debug("Inbox: duplicate message skipped", fields())
+	}
 	return produced, nil
 }
 
@@ -208,12 +219,12 @@ func (m *middleware) commit(ctx context.Context, tx Tx, produced []byte) error {
 }
 
 // rollback runs even when the message context is done, because the transaction must end.
-func (m *middleware) rollback(ctx context.Context, tx Tx, fields watermill.LogFields) error {
+func (m *middleware) rollback(ctx context.Context, tx Tx, fields func() watermill.LogFields) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	if err := tx.Rollback(ctx); err != nil {
 		err = fmt.Errorf("inbox: rollback: %w", err)
-		m.logger.Error("Inbox: rollback failed", err, fields)
+		m.logger.Error("Inbox: rollback failed", err, fields())
 		return err
 	}
 	return nil

@@ -131,12 +131,12 @@ func readClaimBatch(results pgx.BatchResults, withLockTimeout bool) (inserted bo
 	if err != nil {
 		return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
 	}
+	if tag.RowsAffected() == 1 {
+		return true, nil, nil // our own row: results.Close discards the read unscanned
+	}
 	prior, err = scanPrior(results.QueryRow())
 	if err != nil {
 		return false, nil, err
-	}
-	if tag.RowsAffected() == 1 {
-		return true, nil, nil
 	}
 	return false, prior, nil
 }
