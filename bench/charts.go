@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"image/color"
 	"path/filepath"
 	"slices"
 
@@ -83,6 +84,7 @@ func (r *report) barChart(path, scenario, db string) error {
 		labels[j] = fmt.Sprint(w)
 	}
 	p.NominalX(labels...)
+	p.X.Min, p.X.Max = -0.6, float64(len(workers))-0.4 // room for the outer bars
 	p.Y.Min = 0
 	p.Y.Max *= 1.45 // room for the legend
 	p.Add(plotter.NewGrid())
@@ -97,12 +99,15 @@ var chartTitles = map[string]string{
 	"produced": "Produced messages",
 }
 
+// growthChart plots, per kind of key and worker count, the median of the per-round ratios
+// of claims/s to the empty inbox's, with the rounds' min–max as error bars.
 func (r *report) growthChart(path string) error {
 	p := plot.New()
-	p.Title.Text = "Growth: claims per second vs rows already in the inbox"
-	p.X.Label.Text = "rows in the inbox (millions)"
-	p.Y.Label.Text = "claims per second (median)"
+	p.Title.Text = "Growth: claims/s relative to the empty inbox (median, min–max)"
+	p.X.Label.Text = "rows already in the inbox (millions)"
+	p.Y.Label.Text = "claims/s ÷ claims/s into the empty inbox"
 	p.Legend.Top = true
+	p.Legend.Left = true
 	type key struct {
 		ids     string
 		workers int
@@ -114,29 +119,58 @@ func (r *report) growthChart(path string) error {
 			keys = append(keys, k)
 		}
 	}
+	ymax := 1.0
 	for _, k := range keys {
-		var pts plotter.XYs
+		var pts errPoints
 		for _, g := range r.growth {
-			if g.ids == k.ids && g.workers == k.workers {
-				pts = append(pts, plotter.XY{X: float64(g.rows) / 1e6, Y: g.rate.med})
+			if g.ids != k.ids || g.workers != k.workers {
+				continue
 			}
+			pt := errPoint{x: float64(g.rows) / 1e6, y: 1}
+			if g.rows > 0 {
+				x, ok := r.findRow("growth", "postgres", g.workers, growthName(g.ids, g.rows))
+				if !ok {
+					continue
+				}
+				pt.y, pt.lo, pt.hi = x.ratio.med, x.ratio.med-x.ratio.min, x.ratio.max-x.ratio.med
+				ymax = max(ymax, x.ratio.max)
+			}
+			pts = append(pts, pt)
 		}
 		line, points, err := plotter.NewLinePoints(pts)
 		if err != nil {
 			return err
 		}
-		line.Color = plotutil.Color(slices.Index(r.opts.workers, k.workers))
-		points.Color = line.Color
+		c := plotutil.Color(slices.Index(r.opts.workers, k.workers))
+		line.Color, points.Color = c, c
+		line.Width = vg.Points(1.5)
 		if k.ids == "v4" {
 			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 			points.Shape = plotutil.Shape(1)
 		}
-		line.Width = vg.Points(1.5)
-		p.Add(line, points)
+		bars, err := plotter.NewYErrorBars(pts)
+		if err != nil {
+			return err
+		}
+		bars.Color = c
+		p.Add(line, points, bars)
 		p.Legend.Add(fmt.Sprintf("%s keys, %d workers", k.ids, k.workers), line, points)
 	}
+	target := plotter.NewFunction(func(float64) float64 { return 0.8 })
+	target.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+	target.Color = color.Gray{Y: 90}
+	p.Add(target)
+	p.Legend.Add("target 0.8", target)
 	p.Y.Min = 0
-	p.Y.Max *= 1.35
+	p.Y.Max = ymax * 1.4
 	p.Add(plotter.NewGrid())
 	return p.Save(20*vg.Centimeter, 12*vg.Centimeter, path)
 }
+
+type errPoint struct{ x, y, lo, hi float64 }
+
+type errPoints []errPoint
+
+func (e errPoints) Len() int                        { return len(e) }
+func (e errPoints) XY(i int) (float64, float64)     { return e[i].x, e[i].y }
+func (e errPoints) YError(i int) (float64, float64) { return e[i].lo, e[i].hi }

@@ -102,7 +102,7 @@ func runGrowth(ctx context.Context, e *env, rep *report) error {
 			if err != nil {
 				return err
 			}
-			name := fmt.Sprintf("%s keys, %s rows", kind, humanRows(n))
+			name := growthName(kind, n)
 			names = append(names, name)
 			variants = append(variants, timedVariant(name, d, handlerOp(mw(noopHandler), k.key)))
 		}
@@ -125,6 +125,10 @@ func runGrowth(ctx context.Context, e *env, rep *report) error {
 	}
 	rep.note("growth", "The empty inbox grows during the run by the claims it takes (a few thousand rows per round).")
 	return nil
+}
+
+func growthName(kind string, rows int64) string {
+	return fmt.Sprintf("%s keys, %s rows", kind, humanRows(rows))
 }
 
 // growthRowsOf parses the row count back out of a growth variant's name.

@@ -23,6 +23,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -53,6 +54,7 @@ type options struct {
 	sqlite     string
 	charts     bool
 	whatIf     bool
+	rev        string
 	cpuProfile string
 	memProfile string
 	args       []string
@@ -95,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.mysql, "mysql", envOr(testenv.MySQLDSNVar, testenv.DefaultMySQLDSN), "MariaDB/MySQL DSN, or \"off\"; skipped if it does not answer; default from "+testenv.MySQLDSNVar)
 	fs.StringVar(&o.sqlite, "sqlite", "", "SQLite database file (default: a temporary file), or \"off\"")
 	fs.BoolVar(&o.charts, "charts", true, "write PNG charts")
+	fs.StringVar(&o.rev, "rev", "", "the library revision to name in the report (default: git rev-parse of the working tree, if any)")
 	fs.BoolVar(&o.whatIf, "whatif", false, "direct scenario on PostgreSQL: add two variants that are not the library (bench/whatif.go): the write-behind commit with the batch's COMMIT spelled \"commit\" and \"COMMIT\"")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
@@ -167,6 +170,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-round and -cleanup-rows must be positive")
 	}
 	o.args = args
+	if o.rev == "" {
+		o.rev = libraryRevision()
+	}
 	return o, nil
 }
 
@@ -270,6 +276,21 @@ func run(ctx context.Context, o options, stdout io.Writer) (err error) {
 	fmt.Fprint(stdout, md)
 	log.Printf("wrote %s (%s)", path, rep.elapsed.Round(time.Second))
 	return nil
+}
+
+// libraryRevision names the commit of the working tree and whether the library's files (all
+// but bench/ and docs/) differ from it; "unknown" outside a git checkout.
+func libraryRevision() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out))
+	status, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)bench", ":(exclude,top)docs", ":(exclude,top)go.work", ":(exclude,top)go.work.sum").Output()
+	if err == nil && len(strings.TrimSpace(string(status))) > 0 {
+		rev += " + uncommitted changes"
+	}
+	return rev
 }
 
 // goVersion is runtime.Version, kept here so that the report can name it.

@@ -142,6 +142,7 @@ func (r *report) markdown(charts []string) string {
 	fmt.Fprintf(&b, "| machine | |\n| --- | --- |\n")
 	fmt.Fprintf(&b, "| CPU | %d × %s |\n", runtime.NumCPU(), cpuModel())
 	fmt.Fprintf(&b, "| memory | %s |\n", memTotal())
+	fmt.Fprintf(&b, "| library | %s |\n", o.rev)
 	fmt.Fprintf(&b, "| Go | %s %s/%s |\n", goVersion, runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(&b, "| PostgreSQL | %s |\n", r.env.pgInfo)
 	if r.env.mysql != nil {
