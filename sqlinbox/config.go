@@ -44,6 +44,7 @@ func (c Config) validate() error {
 // statements is what a store sends, rendered once at construction.
 type statements struct {
 	claim, prior, record string
+	claimOrRead          string // "" where the dialect has none
 	// lockTimeout is empty when Config.LockTimeout is 0.
 	lockTimeout     string
 	lockTimeoutArgs []any
@@ -65,7 +66,11 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		{&s.claim, dialect.claim},
 		{&s.prior, dialect.prior},
 		{&s.record, dialect.record},
+		{&s.claimOrRead, dialect.claimOrRead},
 	} {
+		if r.statement == "" {
+			continue
+		}
 		var err error
 		if *r.dst, err = render(dialect, r.statement, config.Table); err != nil {
 			return statements{}, err

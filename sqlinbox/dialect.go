@@ -23,6 +23,11 @@ type Dialect struct {
 	prior string
 	// record stores the produced messages (first parameter) with the claim.
 	record string
+	// claimOrRead, where the dialect can, claims and reads a committed claim in one
+	// statement: a row (true, ...) for a new claim, (false, hash, produced) for a committed
+	// one the statement's snapshot sees, and no row for one committed while the claim
+	// waited for it, which only prior, a statement of its own, can read.
+	claimOrRead string
 	// schemaLock, when set, serialises InitializeSchema across instances that start at once
 	// (PostgreSQL's CREATE TABLE IF NOT EXISTS can fail when two run concurrently).
 	schemaLock string
@@ -41,10 +46,19 @@ type Dialect struct {
 var (
 	// Postgres is PostgreSQL: INSERT ... ON CONFLICT (consumer, message_id) DO NOTHING.
 	Postgres = Dialect{
-		name:       inbox.DialectPostgres,
-		claim:      `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3) ON CONFLICT (consumer, message_id) DO NOTHING`,
-		prior:      `SELECT payload_hash, produced FROM %s WHERE consumer = $1 AND message_id = $2`,
-		record:     `UPDATE %s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
+		name:   inbox.DialectPostgres,
+		claim:  `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3) ON CONFLICT (consumer, message_id) DO NOTHING`,
+		prior:  `SELECT payload_hash, produced FROM %s WHERE consumer = $1 AND message_id = $2`,
+		record: `UPDATE %s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
+		claimOrRead: `WITH claimed AS (
+	INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
+	ON CONFLICT (consumer, message_id) DO NOTHING
+	RETURNING true AS inserted
+)
+SELECT true, NULL::bytea, NULL::bytea FROM claimed
+UNION ALL
+SELECT false, payload_hash, produced FROM %[1]s
+WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT FROM claimed)`,
 		schemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
 		// By ctid, the row's physical address: the subquery finds the batch through the
 		// processed_at index, the DELETE goes straight to each row.

@@ -94,6 +94,22 @@ func (s *SQLStore) claimIn(ctx context.Context, tx *sql.Tx, claim inbox.Claim) (
 			return false, nil, fmt.Errorf("sqlinbox: set lock timeout: %w", err)
 		}
 	}
+	if s.sql.claimOrRead != "" {
+		var read inbox.Processed
+		err := tx.QueryRowContext(ctx, s.sql.claimOrRead, claim.Consumer, claim.Key, claim.Fingerprint).
+			Scan(&inserted, &read.Fingerprint, &read.Produced)
+		switch {
+		case err == nil && inserted:
+			return true, nil, nil
+		case err == nil:
+			return false, &read, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
+		}
+		// Committed while the claim waited for it: invisible to the claim's snapshot.
+		prior, err = scanPrior(tx.QueryRowContext(ctx, s.sql.prior, claim.Consumer, claim.Key))
+		return false, prior, err
+	}
 	result, err := tx.ExecContext(ctx, s.sql.claim, claim.Consumer, claim.Key, claim.Fingerprint)
 	if err != nil {
 		return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
