@@ -474,9 +474,28 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 		t.Errorf("%d deliveries acked without their claim and invoice committed; the first: %v", faults.badAcks.Load(), *err)
 	}
 
-	t.Logf("chaos %s: %d orders, %d copies published (%.1fs), all processed in %.1fs: %s",
-		t.Name(), orders, len(copies), published.Seconds(), processed.Seconds(), state)
-	t.Logf("chaos faults: %s", faults.String(db.proxy))
+	report(t, fmt.Sprintf("chaos %s: %d orders, %d copies published (%.1fs), all processed in %.1fs: %s",
+		t.Name(), orders, len(copies), published.Seconds(), processed.Seconds(), state))
+	report(t, "chaos faults: "+faults.String(db.proxy))
+}
+
+// report logs line and, when INBOX_CHAOS_REPORT names a file, appends it there: go test
+// shows a passing test's log only with -v, and CI prints the file after the tests.
+func report(t *testing.T, line string) {
+	t.Log(line)
+	path := os.Getenv("INBOX_CHAOS_REPORT")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Errorf("chaos report: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		t.Errorf("chaos report: %v", err)
+	}
 }
 
 // chaosFinished reports whether the run reached its end state: router 1 restarted, every
