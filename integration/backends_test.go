@@ -333,13 +333,18 @@ func dollarPlaceholders(query string) string {
 	return b.String()
 }
 
-func openPgxPool(t *testing.T, url string) *pgxpool.Pool {
+// openPgxPool opens a pool of 16 connections, closed when the test ends; configure, if
+// given, changes its configuration first.
+func openPgxPool(t *testing.T, url string, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
 	config, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	config.MaxConns = 16
+	for _, c := range configure {
+		c(config)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), config)
 	if err != nil {
 		t.Fatal(err)

@@ -83,16 +83,8 @@ func TestQueueOutsideTheInbox(t *testing.T) {
 // trip; the connection must go back to the pool healthy, not be closed and replaced.
 func TestPgxCommitBatchKeepsPoolConnections(t *testing.T) {
 	ctx := context.Background()
-	config, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	config.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	const maxConns = 4
+	pool := openPgxPool(t, testenv.PostgresURL(t), func(c *pgxpool.Config) { c.MaxConns = maxConns })
 	b := pgxBackend(t)
 	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: b.table})
 	if err != nil {
@@ -108,7 +100,7 @@ func TestPgxCommitBatchKeepsPoolConnections(t *testing.T) {
 		}
 	}
 	wantRows(t, "invoices", b.rows(t, b.business, ""), messages)
-	if opened := pool.Stat().NewConnsCount(); opened > int64(config.MaxConns) {
+	if opened := pool.Stat().NewConnsCount(); opened > maxConns {
 		t.Errorf("the pool opened %d connections for %d sequential messages: commits are closing them", opened, messages)
 	}
 }

@@ -33,21 +33,14 @@ func (c countingConn) Write(b []byte) (int, error) {
 // duplicate, the claim's batch and the ROLLBACK.
 func TestPgxRoundTripsPerMessage(t *testing.T) {
 	ctx := context.Background()
-	config, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var writes atomic.Int64
-	config.MaxConns = 1
-	config.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		return countingConn{conn, &writes}, err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := openPgxPool(t, testenv.PostgresURL(t), func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			return countingConn{conn, &writes}, err
+		}
+	})
 	b := pgxBackend(t)
 	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: b.table})
 	if err != nil {
