@@ -7,9 +7,8 @@ type claimCtxKey struct{}
 
 // claimed is what the middleware puts in the message context while the handler runs.
 type claimed struct {
-	tx      any // the driver's transaction: pgx.Tx, *sql.Tx
-	inboxTx Tx  // the store's, for Queue
-	key     string
+	tx  Tx
+	key string
 }
 
 func withClaim(ctx context.Context, c claimed) context.Context {
@@ -28,7 +27,7 @@ func TxFromContext[T any](ctx context.Context) (tx T, ok bool) {
 	if !found {
 		return tx, false
 	}
-	tx, ok = c.tx.(T)
+	tx, ok = c.tx.Driver().(T)
 	return tx, ok
 }
 

@@ -145,7 +145,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 		return m.duplicate(ctx, attrs, consumer, key, fingerprint, prior, fields)
 	}
 
-	msg.SetContext(withClaim(ctx, claimed{tx: tx.Driver(), inboxTx: tx, key: key}))
+	msg.SetContext(withClaim(ctx, claimed{tx: tx, key: key}))
 	defer msg.SetContext(ctx) // the transaction ends here; nothing after us may reach it
 
 	defer func() {

@@ -32,9 +32,9 @@ func Queue(ctx context.Context, sql string, args ...any) error {
 	if !ok {
 		return ErrNoInboxTx
 	}
-	queuer, ok := c.inboxTx.(StatementQueuer)
+	queuer, ok := c.tx.(StatementQueuer)
 	if !ok {
-		return fmt.Errorf("inbox: the store's transaction %T cannot queue statements", c.inboxTx)
+		return fmt.Errorf("inbox: the store's transaction %T cannot queue statements", c.tx)
 	}
 	queuer.Queue(sql, args...)
 	return nil

@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -47,15 +48,24 @@ func TestPgxRoundTripsPerMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	insert := "INSERT INTO " + b.business + " (consumer, msg_key) VALUES ($1, $2)"
+	withTimeout, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: b.table, LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := mw(func(msg *message.Message) ([]*message.Message, error) {
+	timeoutMW, err := inbox.NewMiddleware(withTimeout, inbox.Config{Consumer: "billing"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeInTx := func(msg *message.Message) ([]*message.Message, error) {
 		tx, _ := inbox.TxFromContext[pgx.Tx](msg.Context())
 		_, err := tx.Exec(msg.Context(), insert, "billing", msg.UUID)
 		return nil, err
-	})
+	}
+	plain := mw(writeInTx)
 	queued := mw(func(msg *message.Message) ([]*message.Message, error) {
 		return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
 	})
@@ -86,6 +96,7 @@ func TestPgxRoundTripsPerMessage(t *testing.T) {
 		{"first delivery, handler uses the transaction", plain, func(i int) string { return firsts[i] }, 3},
 		{"first delivery, handler queues its write", queued, func(int) string { return watermill.NewUUID() }, 2},
 		{"duplicate", plain, func(i int) string { return firsts[i] }, 2},
+		{"first delivery with LockTimeout (it travels in the claim's batch)", timeoutMW(writeInTx), func(int) string { return watermill.NewUUID() }, 3},
 	} {
 		if got := perMessage(tc.h, tc.keys); got != tc.want {
 			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)

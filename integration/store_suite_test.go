@@ -37,6 +37,7 @@ var storeCases = []struct {
 	{"database outage then recovery", testOutage},
 	{"table names are validated, message data is parameterised", testInjection},
 	{"InitializeSchema is idempotent", testInitializeSchemaTwice},
+	{"keys compare byte for byte", testKeysCompareBytes},
 }
 
 func TestStoreConformance(t *testing.T) {
@@ -512,4 +513,25 @@ func testInitializeSchemaTwice(t *testing.T, b *backend) {
 			t.Errorf("InitializeSchema on an existing table: %v", err)
 		}
 	}
+}
+
+// Keys that differ only in case, or only in Unicode normalisation, are different keys on
+// every database (MySQL's default collations would make them one: the columns are
+// VARBINARY there).
+func testKeysCompareBytes(t *testing.T, b *backend) {
+	rec := newRecorder()
+	h := b.handler(t, "billing", rec, nil, nil)
+	keys := []string{"Order-A", "order-a", "ORDER-A", "caf\u00e9", "cafe\u0301"}
+	for _, key := range keys {
+		if err := deliver(context.Background(), h, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range keys {
+		if runs, _ := rec.counts(key); runs != 1 {
+			t.Errorf("key %q: handler ran %d times, want 1", key, runs)
+		}
+		wantRows(t, fmt.Sprintf("claims of %q", key), b.claims(t, "billing", key), 1)
+	}
+	wantRows(t, "claims", b.rows(t, b.table, ""), len(keys))
 }

@@ -96,20 +96,23 @@ func (s *PgxStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inb
 // beginAndClaim returns an open transaction and whether the claim inserted its row, or else
 // what the committed row recorded; on an error the transaction is already ended.
 func (s *PgxStore) beginAndClaim(ctx context.Context, claim inbox.Claim) (tx pgx.Tx, inserted bool, prior *inbox.Processed, err error) {
-	if s.pipeline == nil {
-		return s.beginThenClaim(ctx, claim)
-	}
-	// One round trip: BEGIN, the lock timeout, and the claim that reads a committed claim
-	// in the same statement, so a first delivery reads nothing.
+	// The lock timeout and the claim, which reads a committed claim in the same statement,
+	// travel in one batch; with a pool or a connection, BEGIN travels in it too.
 	batch := &pgx.Batch{}
-	batch.BeginTx(pgx.TxOptions{})
-	if s.sql.lockTimeout != "" {
-		batch.Queue(s.sql.lockTimeout, s.sql.lockTimeoutArgs...)
+	var results pgx.BatchResults
+	if s.pipeline != nil {
+		batch.BeginTx(pgx.TxOptions{})
+		s.queueClaim(batch, claim)
+		results = s.pipeline.SendBatch(ctx, batch)
+		tx = results.Tx()
+	} else {
+		if tx, err = s.db.Begin(ctx); err != nil {
+			return nil, false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
+		}
+		s.queueClaim(batch, claim)
+		results = tx.SendBatch(ctx, batch)
 	}
-	batch.Queue(s.sql.claimOrRead, claim.Consumer, claim.Key, claim.Fingerprint)
-	results := s.pipeline.SendBatch(ctx, batch)
-	tx = results.Tx()
-	inserted, prior, err = readClaimBatch(results, s.sql.lockTimeout != "")
+	inserted, prior, err = readClaimBatch(results, s.pipeline != nil, s.sql.lockTimeout != "")
 	if closeErr := results.Close(); err == nil && closeErr != nil {
 		err = fmt.Errorf("sqlinbox: claim: %w", closeErr)
 	}
@@ -123,11 +126,21 @@ func (s *PgxStore) beginAndClaim(ctx context.Context, claim inbox.Claim) (tx pgx
 	return tx, inserted, prior, nil
 }
 
-// readClaimBatch reads BEGIN's, the lock timeout's and the claim's results. A claim that
-// inserted nothing and read nothing returns neither inserted nor prior.
-func readClaimBatch(results pgx.BatchResults, withLockTimeout bool) (inserted bool, prior *inbox.Processed, err error) {
-	if _, err := results.Exec(); err != nil {
-		return false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
+func (s *PgxStore) queueClaim(batch *pgx.Batch, claim inbox.Claim) {
+	if s.sql.lockTimeout != "" {
+		batch.Queue(s.sql.lockTimeout, s.sql.lockTimeoutArgs...)
+	}
+	batch.Queue(s.sql.claimOrRead, claim.Consumer, claim.Key, claim.Fingerprint)
+}
+
+// readClaimBatch reads the results of BEGIN (if the batch has it), the lock timeout (if set)
+// and the claim. A claim that inserted nothing and read nothing returns neither inserted nor
+// prior.
+func readClaimBatch(results pgx.BatchResults, withBegin, withLockTimeout bool) (inserted bool, prior *inbox.Processed, err error) {
+	if withBegin {
+		if _, err := results.Exec(); err != nil {
+			return false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
+		}
 	}
 	if withLockTimeout {
 		if _, err := results.Exec(); err != nil {
@@ -145,32 +158,6 @@ func readClaimBatch(results pgx.BatchResults, withLockTimeout bool) (inserted bo
 		return true, nil, nil
 	}
 	return false, &read, nil
-}
-
-// beginThenClaim serves a PgxBeginner that cannot send a batch: two round trips, three for
-// a duplicate.
-func (s *PgxStore) beginThenClaim(ctx context.Context, claim inbox.Claim) (pgx.Tx, bool, *inbox.Processed, error) {
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return nil, false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
-	}
-	if s.sql.lockTimeout != "" {
-		if _, err := tx.Exec(ctx, s.sql.lockTimeout, s.sql.lockTimeoutArgs...); err != nil {
-			return nil, false, nil, endAfter(ctx, tx, fmt.Errorf("sqlinbox: set lock timeout: %w", err))
-		}
-	}
-	tag, err := tx.Exec(ctx, s.sql.claim, claim.Consumer, claim.Key, claim.Fingerprint)
-	if err != nil {
-		return nil, false, nil, endAfter(ctx, tx, fmt.Errorf("sqlinbox: claim: %w", err))
-	}
-	if tag.RowsAffected() == 1 {
-		return tx, true, nil, nil
-	}
-	prior, err := scanPrior(tx.QueryRow(ctx, s.sql.prior, claim.Consumer, claim.Key))
-	if err != nil {
-		return nil, false, nil, endAfter(ctx, tx, err)
-	}
-	return tx, false, prior, nil
 }
 
 // scanPrior reads the committed claim's record. No row means it was deleted between the
