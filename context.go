@@ -1,41 +1,67 @@
 package inbox
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // claimCtxKey is unexported so that only this package can put a claim in a context.
 type claimCtxKey struct{}
 
-// claimed is what the middleware puts in the message context while the handler runs.
-type claimed struct {
-	tx  Tx
-	key string
+// claim is what the middleware puts in the message context while the handler runs: the
+// key, the transaction (nil in write-behind mode) and what the handler queued or published
+// for the commit. The handler may call Queue and Publisher.Publish from several goroutines.
+type claim struct {
+	inbox *middleware
+	key   string
+	tx    Tx // nil in write-behind mode
+
+	mu        sync.Mutex
+	ended     bool        // the handler returned: later writes and publishes are errors
+	queued    []Statement // write-behind mode only; in claim-first mode tx queues them
+	published []published // recorded by a Publisher, published after the commit
 }
 
-func withClaim(ctx context.Context, c claimed) context.Context {
+func withClaim(ctx context.Context, c *claim) context.Context {
 	return context.WithValue(ctx, claimCtxKey{}, c)
+}
+
+func claimFrom(ctx context.Context) (*claim, bool) {
+	c, ok := ctx.Value(claimCtxKey{}).(*claim)
+	return c, ok
+}
+
+// end closes the claim to further queued statements and publishes, and returns what was
+// recorded.
+func (c *claim) end() (queued []Statement, published []published) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	return c.queued, c.published
 }
 
 // TxFromContext returns the transaction in which the middleware claimed the message, in the
 // driver's own type: pgx.Tx for a sqlinbox.PgxStore, *sql.Tx for a sqlinbox.SQLStore.
 // Writes made through it commit or roll back together with the claim.
 //
-// ok is false when ctx does not come from the inbox middleware or when T is not the
-// store's transaction type; it never panics. The transaction belongs to the middleware:
-// do not commit or roll it back in the handler.
+// ok is false when ctx does not come from the inbox middleware, when T is not the store's
+// transaction type, and always in write-behind mode (Config.WriteBehind), where the handler
+// runs before any transaction begins; it never panics. The transaction belongs to the
+// middleware: do not commit or roll it back in the handler.
 func TxFromContext[T any](ctx context.Context) (tx T, ok bool) {
-	c, found := ctx.Value(claimCtxKey{}).(claimed)
-	if !found {
+	c, found := claimFrom(ctx)
+	if !found || c.tx == nil {
 		return tx, false
 	}
 	tx, ok = c.tx.Driver().(T)
 	return tx, ok
 }
 
-// KeyFromContext returns the idempotency key the middleware claimed for the message.
-// Pass it on as an idempotency key to systems outside the database (payment providers,
-// email services), whose effects the inbox transaction cannot roll back.
+// KeyFromContext returns the idempotency key the middleware claims for the message, in both
+// modes. Pass it on as an idempotency key to systems outside the database (payment
+// providers, email services), whose effects the inbox transaction cannot roll back.
 func KeyFromContext(ctx context.Context) (key string, ok bool) {
-	c, found := ctx.Value(claimCtxKey{}).(claimed)
+	c, found := claimFrom(ctx)
 	if !found {
 		return "", false
 	}

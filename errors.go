@@ -45,6 +45,41 @@ var (
 
 	// ErrFingerprintMismatch is matched (errors.Is) by every *FingerprintMismatchError.
 	ErrFingerprintMismatch = errors.New("inbox: duplicate key with a different payload")
+
+	// ErrNoInboxTx is returned by Queue for a context that does not come from the inbox
+	// middleware.
+	ErrNoInboxTx = errors.New("inbox: no inbox transaction in the context")
+
+	// ErrClaimEnded is wrapped by the error of Queue and Publisher.Publish when they are
+	// called with a message's context after its handler returned (from a goroutine the
+	// handler left running, say): the claim's transaction is over, and what they would add
+	// could not commit with it.
+	ErrClaimEnded = errors.New("inbox: the handler of this claim has returned")
+)
+
+// Errors of Publisher. Those returned inside a claim fail the handler's Publish call; the
+// handler returns them, so the message is nacked.
+var (
+	// ErrNilPublisher is returned by NewPublisher when the publisher is nil.
+	ErrNilPublisher = errors.New("inbox: publisher is nil")
+
+	// ErrEmptyMessageUUID is returned by Publisher.Publish inside a claim for a message with
+	// an empty UUID: downstream inboxes could not recognise its copies.
+	ErrEmptyMessageUUID = errors.New("inbox: a message published inside an inbox handler has an empty UUID")
+
+	// ErrEmptyTopic is returned by Publisher.Publish inside a claim for an empty topic.
+	ErrEmptyTopic = errors.New("inbox: publish to an empty topic")
+
+	// ErrPublisherMismatch is wrapped by the error of Publisher.Publish inside the claim of
+	// an inbox on another Store than the one the Publisher records with, or of an inbox
+	// that publishes through another Publisher, and by NewMiddleware for a Config.Publisher
+	// bound to another Store.
+	ErrPublisherMismatch = errors.New("inbox: publisher belongs to another inbox")
+
+	// ErrNoPublisher is wrapped by the error for a duplicate whose committed run published
+	// messages through a Publisher when this inbox knows no Publisher yet (set
+	// Config.Publisher). The message is nacked, never acked without its messages.
+	ErrNoPublisher = errors.New("inbox: recorded messages to publish again, but this inbox has no Publisher (set Config.Publisher)")
 )
 
 // FingerprintMismatchError reports a message whose key was processed before with a

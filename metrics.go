@@ -24,8 +24,12 @@ const (
 	MetricRolledBack = "inbox.messages.rolled_back"
 	// MetricFingerprintMismatches counts duplicates whose payload fingerprint differed.
 	MetricFingerprintMismatches = "inbox.fingerprint.mismatches"
+	// MetricSkipped counts messages acked without a claim because Config.Skip returned
+	// true; its "consumer" attribute is "".
+	MetricSkipped = "inbox.messages.skipped"
 	// MetricFailed counts messages nacked by the inbox itself; "stage" says where: "key"
-	// (no key or consumer), "claim" (begin or claim failed) or "commit".
+	// (no key or consumer), "claim" (begin or claim failed), "commit" or "publish" (publishing
+	// what a handler published through a Publisher).
 	MetricFailed = "inbox.messages.failed"
 	// MetricClaimDuration is the time from BEGIN to the claim's answer, in seconds.
 	MetricClaimDuration = "inbox.claim.duration"
@@ -37,8 +41,8 @@ const (
 )
 
 type metrics struct {
-	processed, duplicates, rolledBack, mismatches, failed metric.Int64Counter
-	claimDuration, txDuration                             metric.Float64Histogram
+	processed, duplicates, rolledBack, mismatches, failed, skipped metric.Int64Counter
+	claimDuration, txDuration                                      metric.Float64Histogram
 
 	// attributes caches one attribute set per (consumer, handler), so that recording a
 	// message allocates nothing.
@@ -65,6 +69,7 @@ func newMetrics(provider metric.MeterProvider) (*metrics, error) {
 	counter(&m.duplicates, MetricDuplicates, "Messages skipped as duplicates of a committed key")
 	counter(&m.rolledBack, MetricRolledBack, "Handler runs that failed or panicked and were rolled back")
 	counter(&m.mismatches, MetricFingerprintMismatches, "Duplicates whose payload fingerprint differed")
+	counter(&m.skipped, MetricSkipped, "Messages acked without a claim because Config.Skip returned true")
 	counter(&m.failed, MetricFailed, "Messages nacked by the inbox (no key, claim or commit failed)")
 	histogram(&m.claimDuration, MetricClaimDuration, "Time from BEGIN to the claim's answer")
 	histogram(&m.txDuration, MetricTransactionDuration, "Time from BEGIN to the end of COMMIT")

@@ -1,11 +1,10 @@
 package inbox
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures NewMiddleware. The zero value is ready to use.
@@ -20,8 +20,16 @@ type Config struct {
 	// Consumer names the inbox partition: a message is processed once per consumer, so two
 	// handlers that consume one topic each process every message once.
 	// Default: the name of the router handler the message arrives through
-	// (message.HandlerNameFromCtx). With neither, the message fails with ErrNoConsumer.
+	// (message.HandlerNameFromCtx), mapped by ConsumerFromHandler if set. With neither a
+	// Consumer nor a handler name, the message fails with ErrNoConsumer.
 	Consumer string
+
+	// ConsumerFromHandler maps the router handler's name to the consumer name. Use it to keep
+	// a consumer's claims when a handler is renamed: the inbox recognises a message as
+	// processed only under the consumer that claimed it. Default: the handler's name as it
+	// is. It cannot be combined with Consumer; an empty result fails the message with
+	// ErrNoConsumer.
+	ConsumerFromHandler func(handlerName string) string
 
 	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8.
 	// Default: UUIDKey (msg.UUID). KeyFromMetadata reads a business key instead. An empty
@@ -36,9 +44,45 @@ type Config struct {
 	// stored one. Default: RejectMismatch (nack with a *FingerprintMismatchError).
 	OnFingerprintMismatch MismatchPolicy
 
+	// Skip, if set, is asked first for every message; a message for which it returns true
+	// is acked without a claim and without running the handler. Use it for messages the
+	// handler would ack without processing, such as components/cqrs events of types that
+	// this handler does not handle on a topic shared by several types, so that the inbox
+	// does not grow by a row per message per handler. Default: nil, every message is
+	// claimed.
+	Skip func(*message.Message) bool
+
+	// WriteBehind runs the handler before the claim instead of inside the claim's
+	// transaction. The handler gets no transaction (TxFromContext returns ok == false, on
+	// every store, so one handler runs unchanged on all of them); it writes with Queue and
+	// publishes by returning messages or through a Publisher. When it returns, the claim,
+	// the queued writes, the record of its messages and COMMIT are sent together: one
+	// round trip on a sqlinbox.PgxStore. If the key turns out to be committed already, the
+	// handler's writes and messages are discarded and the message is a duplicate.
+	//
+	// Use it for handlers whose only effects are database writes they do not need to read
+	// back and messages. Keep the default (false) for a handler that reads its own writes,
+	// or that calls an external system and must know the message is not a duplicate first:
+	// in write-behind mode the handler also runs for duplicates; only its effects are
+	// dropped. Stores that do not implement WriteBehindStore claim, write and commit in the
+	// same order, with a round trip each.
+	WriteBehind bool
+
+	// Publisher is the Publisher through which this inbox publishes the messages recorded
+	// by handlers that publish (see Publisher), set here so that a duplicate that arrives
+	// before any handler of this process has published can publish them again. Default:
+	// the first Publisher a handler publishes through; until there is one, such a
+	// duplicate fails with ErrNoPublisher.
+	Publisher *Publisher
+
 	// MeterProvider receives the middleware's OpenTelemetry metrics (see MetricProcessed and
 	// the other Metric names). Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+
+	// TracerProvider receives the middleware's OpenTelemetry spans (see SpanMessage and the
+	// other Span names), children of the span in the message's context. Default: the global
+	// provider, otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // endTimeout bounds COMMIT and ROLLBACK, which run detached from the message context: a
@@ -56,11 +100,17 @@ func (c *Config) setDefaults() {
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 }
 
 func (c Config) validate() error {
 	if c.OnFingerprintMismatch != RejectMismatch && c.OnFingerprintMismatch != AckMismatch {
 		return fmt.Errorf("inbox: unknown OnFingerprintMismatch policy %d", c.OnFingerprintMismatch)
+	}
+	if c.Consumer != "" && c.ConsumerFromHandler != nil {
+		return errors.New("inbox: set Consumer or ConsumerFromHandler, not both")
 	}
 	if c.Consumer != "" {
 		return validateConsumer(c.Consumer)
@@ -72,13 +122,14 @@ func (c Config) validate() error {
 //
 // For each message it begins a transaction in store and claims (consumer, key) in it. If
 // the claim is new, the handler runs with the transaction in msg.Context() (see
-// TxFromContext); when the handler succeeds, the messages it returned are recorded with the
-// claim, the transaction commits and the router publishes them and acks; when it fails or
-// panics the transaction rolls back, releasing the claim, and the router nacks, so a
-// redelivery runs the handler again. If the key was claimed by an earlier delivery that
-// committed, the handler is skipped, the messages that delivery's handler returned are
-// returned again (the router republishes them with their original UUIDs, in case the first
-// publish failed) and the message is acked.
+// TxFromContext); when the handler succeeds, the messages it returned or published through a
+// Publisher are recorded with the claim, the transaction commits, the middleware publishes
+// what the handler published, and the router publishes what it returned and acks; when the
+// handler fails or panics the transaction rolls back, releasing the claim, and the router
+// nacks, so a redelivery runs the handler again. If the key was claimed by an earlier
+// delivery that committed, the handler is skipped, what that delivery's handler produced is
+// published again with its original UUIDs (in case the first publish failed) and the message
+// is acked. Config.WriteBehind runs the handler first and claims after it.
 //
 // Add it inside middleware.Retry, so that every retry gets a fresh transaction, and inside
 // middleware.PoisonQueue: router.AddMiddleware(poisonQueue, retry.Middleware, inboxMiddleware).
@@ -99,15 +150,23 @@ func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{store: store, config: config, logger: logger, metrics: metrics}
+	m := &middleware{store: store, config: config, logger: logger, metrics: metrics,
+		tracer: config.TracerProvider.Tracer(InstrumentationName)}
+	if config.Publisher != nil {
+		if err := m.usePublisher(config.Publisher); err != nil {
+			return nil, err
+		}
+	}
 	return m.wrap, nil
 }
 
 type middleware struct {
-	store   Store
-	config  Config
-	logger  watermill.LoggerAdapter
-	metrics *metrics
+	store     Store
+	config    Config
+	logger    watermill.LoggerAdapter
+	metrics   *metrics
+	tracer    trace.Tracer
+	publisher atomic.Pointer[Publisher] // the one this inbox publishes recorded messages through
 }
 
 func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
@@ -117,117 +176,37 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 }
 
 func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produced []*message.Message, err error) {
-	ctx := msg.Context()
-	handler := message.HandlerNameFromCtx(ctx)
-	consumer, err := m.consumer(handler)
-	var key string
-	if err == nil {
-		key, err = m.key(msg)
+	if m.config.Skip != nil && m.config.Skip(msg) {
+		m.metrics.skipped.Add(msg.Context(), 1, m.metrics.attrs("", message.HandlerNameFromCtx(msg.Context())).add...)
+		return nil, nil
 	}
-	if err != nil {
-		m.metrics.fail(ctx, consumer, handler, "key")
-		return nil, err
-	}
-	attrs := m.metrics.attrs(consumer, handler)
-	fields := func() watermill.LogFields { // built only when something is logged
-		return watermill.LogFields{"consumer": consumer, "message_uuid": msg.UUID, "idempotency_key": key}
-	}
-
-	begun := time.Now()
-	fingerprint := m.config.Fingerprint(msg)
-	tx, prior, err := m.store.Claim(ctx, Claim{Consumer: consumer, Key: key, Fingerprint: fingerprint})
-	m.metrics.claimDuration.Record(ctx, seconds(begun), attrs.record...)
-	if err != nil {
-		m.metrics.fail(ctx, consumer, handler, "claim")
-		return nil, fmt.Errorf("inbox: claim key %q for consumer %q: %w", key, consumer, err)
-	}
-	if prior != nil {
-		return m.duplicate(ctx, attrs, consumer, key, fingerprint, prior, fields)
-	}
-
-	msg.SetContext(withClaim(ctx, claimed{tx: tx, key: key}))
-	defer msg.SetContext(ctx) // the transaction ends here; nothing after us may reach it
-
+	d := m.newDelivery(msg)
 	defer func() {
 		if recovered := recover(); recovered != nil {
-			m.rollback(ctx, tx, fields)
-			m.metrics.rolledBack.Add(ctx, 1, attrs.add...)
+			d.end(fmt.Errorf("panic: %v", recovered))
 			panic(recovered) // the router (or middleware.Recoverer) turns it into a nack
 		}
+		d.end(err)
 	}()
-
-	produced, err = h(msg)
-	if err != nil {
-		if rbErr := m.rollback(ctx, tx, fields); rbErr != nil {
-			err = errors.Join(err, rbErr)
-		}
-		m.metrics.rolledBack.Add(ctx, 1, attrs.add...)
+	if err := d.identify(); err != nil {
 		return nil, err
 	}
-
-	encoded, err := encodeProduced(produced)
-	if err != nil {
-		m.metrics.fail(ctx, consumer, handler, "commit")
-		return nil, errors.Join(err, m.rollback(ctx, tx, fields))
+	if m.config.WriteBehind {
+		return d.writeBehind(h)
 	}
-	// A commit that fails may still have been made durable by the server before the
-	// connection broke. Either way we nack: the redelivery finds the claim committed and is
-	// acked as a duplicate, or finds it absent and runs the handler again.
-	if err := m.commit(ctx, tx, encoded); err != nil {
-		m.metrics.fail(ctx, consumer, handler, "commit")
-		return nil, fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", key, consumer, err)
-	}
-	m.metrics.txDuration.Record(ctx, seconds(begun), attrs.record...)
-	m.metrics.processed.Add(ctx, 1, attrs.add...)
-	return produced, nil
+	return d.claimFirst(h)
 }
 
-// duplicate acks a message whose key is committed, returning what its first handler run
-// produced, unless its payload differs and the policy rejects that.
-func (m *middleware) duplicate(ctx context.Context, attrs *measurementOptions, consumer, key string, fingerprint []byte,
-	prior *Processed, fields func() watermill.LogFields,
-) ([]*message.Message, error) {
-	if fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(fingerprint, prior.Fingerprint) {
-		m.metrics.mismatches.Add(ctx, 1, attrs.add...)
-		mismatch := &FingerprintMismatchError{Consumer: consumer, Key: key, Stored: prior.Fingerprint, Received: fingerprint}
-		if m.config.OnFingerprintMismatch == RejectMismatch {
-			return nil, mismatch
-		}
-		m.logger.Error("Inbox: duplicate key with a different payload acked", mismatch, fields())
-	}
-	produced, err := decodeProduced(prior.Produced)
-	if err != nil {
-		return nil, err
-	}
-	m.metrics.duplicates.Add(ctx, 1, attrs.add...)
-	if _, silent := m.logger.(watermill.NopLogger); silent {
-		return produced, nil // skip building the log fields of every duplicate
-	}
-	if len(produced) > 0 {
-		m.logger.Debug("Inbox: duplicate message skipped, its produced messages returned again",
-			fields().Add(watermill.LogFields{"republished": len(produced)}))
-	} else {
-		m.logger.Debug("Inbox: duplicate message skipped", fields())
-	}
-	return produced, nil
-}
-
-func (m *middleware) commit(ctx context.Context, tx Tx, produced []byte) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-	defer cancel()
-	return tx.Commit(ctx, produced)
-}
-
-// rollback runs even when the message context is done, because the transaction must end.
-func (m *middleware) rollback(ctx context.Context, tx Tx, fields func() watermill.LogFields) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-	defer cancel()
-	if err := tx.Rollback(ctx); err != nil {
-		err = fmt.Errorf("inbox: rollback: %w", err)
-		m.logger.Error("Inbox: rollback failed", err, fields())
+// usePublisher makes p the Publisher of this inbox, unless it has another one.
+func (m *middleware) usePublisher(p *Publisher) error {
+	if err := p.bind(m.store); err != nil {
 		return err
 	}
-	return nil
+	if m.publisher.CompareAndSwap(nil, p) || m.publisher.Load() == p {
+		return nil
+	}
+	return fmt.Errorf("%w: this inbox publishes through another Publisher; share one between your buses",
+		ErrPublisherMismatch)
 }
 
 // consumer is Config.Consumer, or else the name of the router handler.
@@ -235,13 +214,17 @@ func (m *middleware) consumer(handler string) (string, error) {
 	if m.config.Consumer != "" {
 		return m.config.Consumer, nil
 	}
-	if handler == "" {
+	name := handler
+	if m.config.ConsumerFromHandler != nil && handler != "" {
+		name = m.config.ConsumerFromHandler(handler)
+	}
+	if name == "" {
 		return "", ErrNoConsumer
 	}
-	if err := validateConsumer(handler); err != nil {
+	if err := validateConsumer(name); err != nil {
 		return "", err
 	}
-	return handler, nil
+	return name, nil
 }
 
 func (m *middleware) key(msg *message.Message) (string, error) {

@@ -20,6 +20,7 @@ import (
 type fakeStore struct {
 	mu        sync.Mutex
 	committed map[[2]string]*inbox.Processed
+	writes    map[[2]string][]string // the statements queued with each committed claim
 	claims    int
 	rollbacks int
 	claimErr  error
@@ -32,9 +33,14 @@ type fakeTx struct {
 	key         [2]string
 	fingerprint []byte
 	ended       bool
+	queued      []string
 }
 
-func newFakeStore() *fakeStore { return &fakeStore{committed: map[[2]string]*inbox.Processed{}} }
+func (t *fakeTx) Queue(sql string, _ ...any) { t.queued = append(t.queued, sql) }
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{committed: map[[2]string]*inbox.Processed{}, writes: map[[2]string][]string{}}
+}
 
 func (s *fakeStore) Claim(_ context.Context, c inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
 	s.mu.Lock()
@@ -60,6 +66,7 @@ func (t *fakeTx) Commit(_ context.Context, produced []byte) error {
 		return t.store.commitErr
 	}
 	t.store.committed[t.key] = &inbox.Processed{Fingerprint: t.fingerprint, Produced: produced}
+	t.store.writes[t.key] = t.queued
 	return nil
 }
 
@@ -373,4 +380,10 @@ func TestConsumerDefaultsToRouterHandlerName(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+func (s *fakeStore) committedWrites(consumer, key string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes[[2]string{consumer, key}]
 }

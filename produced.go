@@ -7,16 +7,24 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// The messages a handler returns are recorded with its claim, so that a redelivery can
-// return them again: the router publishes a handler's messages only after the middleware
-// has committed, and a publish that fails nacks the incoming message, whose redelivery is
-// then a duplicate. Returning the recorded messages, with their original UUIDs, makes the
-// router publish them again; consumers downstream deduplicate them by UUID.
+// What a handler produced is recorded with its claim, so that a redelivery can publish it
+// again. Two kinds of messages are recorded:
+//
+//   - the messages the handler returns: the router publishes them only after the middleware
+//     has committed, and a publish that fails nacks the incoming message, whose redelivery
+//     is then a duplicate. The middleware returns the recorded messages for every duplicate,
+//     and the router publishes them again;
+//   - the messages the handler publishes through a Publisher: the middleware publishes them
+//     after the commit, and again for every duplicate.
+//
+// Either way they keep their original UUIDs, so consumers downstream deduplicate them.
 
-// producedRecord is the stored form. v lets a later version change it.
+// producedRecord is the stored form. v lets a later version change it; version 2 records,
+// which had no published messages, are still read.
 type producedRecord struct {
-	Version  int               `json:"v"`
-	Messages []producedMessage `json:"messages"`
+	Version   int                `json:"v"`
+	Messages  []producedMessage  `json:"messages,omitempty"`
+	Published []publishedMessage `json:"published,omitempty"`
 }
 
 // producedMessage keeps every field as bytes (base64 in JSON): encoding/json would replace
@@ -28,20 +36,33 @@ type producedMessage struct {
 	Payload  []byte      `json:"payload"`
 }
 
-const producedVersion = 2
+type publishedMessage struct {
+	Topic   []byte          `json:"topic"`
+	Message producedMessage `json:"message"`
+}
+
+// published is a message a handler published through a Publisher, kept until the commit.
+type published struct {
+	topic string
+	msg   *message.Message
+}
+
+const (
+	producedVersion       = 3
+	producedVersionNoPubs = 2
+)
 
 // encodeProduced returns nil when there is nothing to record.
-func encodeProduced(msgs []*message.Message) ([]byte, error) {
-	if len(msgs) == 0 {
+func encodeProduced(returned []*message.Message, pubs []published) ([]byte, error) {
+	if len(returned) == 0 && len(pubs) == 0 {
 		return nil, nil
 	}
-	record := producedRecord{Version: producedVersion, Messages: make([]producedMessage, len(msgs))}
-	for i, msg := range msgs {
-		m := producedMessage{UUID: []byte(msg.UUID), Payload: msg.Payload}
-		for k, v := range msg.Metadata {
-			m.Metadata = append(m.Metadata, [2][]byte{[]byte(k), []byte(v)})
-		}
-		record.Messages[i] = m
+	record := producedRecord{Version: producedVersion, Messages: make([]producedMessage, len(returned))}
+	for i, msg := range returned {
+		record.Messages[i] = encodeMessage(msg)
+	}
+	for _, p := range pubs {
+		record.Published = append(record.Published, publishedMessage{Topic: []byte(p.topic), Message: encodeMessage(p.msg)})
 	}
 	encoded, err := json.Marshal(record)
 	if err != nil {
@@ -50,24 +71,39 @@ func encodeProduced(msgs []*message.Message) ([]byte, error) {
 	return encoded, nil
 }
 
-func decodeProduced(encoded []byte) ([]*message.Message, error) {
+func encodeMessage(msg *message.Message) producedMessage {
+	m := producedMessage{UUID: []byte(msg.UUID), Payload: msg.Payload}
+	for k, v := range msg.Metadata {
+		m.Metadata = append(m.Metadata, [2][]byte{[]byte(k), []byte(v)})
+	}
+	return m
+}
+
+func decodeProduced(encoded []byte) (returned []*message.Message, pubs []published, err error) {
 	if len(encoded) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var record producedRecord
 	if err := json.Unmarshal(encoded, &record); err != nil {
-		return nil, fmt.Errorf("inbox: decode recorded produced messages: %w", err)
+		return nil, nil, fmt.Errorf("inbox: decode recorded produced messages: %w", err)
 	}
-	if record.Version != producedVersion {
-		return nil, fmt.Errorf("inbox: recorded produced messages have version %d, this version reads %d",
-			record.Version, producedVersion)
+	if record.Version != producedVersion && record.Version != producedVersionNoPubs {
+		return nil, nil, fmt.Errorf("inbox: recorded produced messages have version %d, this version reads %d and %d",
+			record.Version, producedVersionNoPubs, producedVersion)
 	}
-	msgs := make([]*message.Message, len(record.Messages))
-	for i, m := range record.Messages {
-		msgs[i] = message.NewMessage(string(m.UUID), m.Payload)
-		for _, kv := range m.Metadata {
-			msgs[i].Metadata.Set(string(kv[0]), string(kv[1]))
-		}
+	for _, m := range record.Messages {
+		returned = append(returned, decodeMessage(m))
 	}
-	return msgs, nil
+	for _, p := range record.Published {
+		pubs = append(pubs, published{topic: string(p.Topic), msg: decodeMessage(p.Message)})
+	}
+	return returned, pubs, nil
+}
+
+func decodeMessage(m producedMessage) *message.Message {
+	msg := message.NewMessage(string(m.UUID), m.Payload)
+	for _, kv := range m.Metadata {
+		msg.Metadata.Set(string(kv[0]), string(kv[1]))
+	}
+	return msg
 }

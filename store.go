@@ -47,3 +47,18 @@ type Tx interface {
 	// Rollback releases the claim and discards everything written through Driver.
 	Rollback(ctx context.Context) error
 }
+
+// WriteBehindStore is implemented by a Store that can claim, write and commit in one step,
+// for Config.WriteBehind. sqlinbox.PgxStore sends it all as one pipelined batch: one round
+// trip. The middleware uses Claim and Commit, in the same order, with a Store that does not
+// implement it.
+type WriteBehindStore interface {
+	// ClaimAndCommit begins a transaction, inserts the claim with produced recorded, runs
+	// statements in order and commits. If a committed row holds (consumer, key) already, it
+	// writes nothing and returns what that row recorded in prior. Only a conflict of the
+	// claim itself on the inbox's primary key makes a duplicate: a unique violation of one of
+	// statements is an error. A copy of the key that another transaction holds makes it wait
+	// for that transaction, as Claim does. On an error nothing is committed, unless the error
+	// came from COMMIT itself, whose outcome the next delivery finds out.
+	ClaimAndCommit(ctx context.Context, claim Claim, statements []Statement, produced []byte) (prior *Processed, err error)
+}

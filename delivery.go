@@ -1,0 +1,256 @@
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// delivery is one message on its way through the middleware: who consumes it, under which
+// key, and the span and timings that describe it.
+type delivery struct {
+	m        *middleware
+	msg      *message.Message
+	original context.Context // the message's context as the router gave it
+	ctx      context.Context // original, inside the delivery's span
+	span     trace.Span
+	outcome  string
+
+	handler, consumer, key string
+	fingerprint            []byte
+	attrs                  *measurementOptions
+	begun                  time.Time
+}
+
+func (m *middleware) newDelivery(msg *message.Message) *delivery {
+	original := msg.Context()
+	d := &delivery{m: m, msg: msg, original: original, handler: message.HandlerNameFromCtx(original)}
+	d.ctx, d.span = m.tracer.Start(original, SpanMessage, trace.WithSpanKind(trace.SpanKindConsumer))
+	return d
+}
+
+// identify finds the consumer and the key, or the error that nacks the message.
+func (d *delivery) identify() (err error) {
+	d.consumer, err = d.m.consumer(d.handler)
+	if err == nil {
+		d.key, err = d.m.key(d.msg)
+	}
+	if err != nil {
+		d.fail("key")
+		return err
+	}
+	d.attrs = d.m.metrics.attrs(d.consumer, d.handler)
+	d.fingerprint = d.m.config.Fingerprint(d.msg)
+	return nil
+}
+
+// claimFirst claims the key, runs the handler in the claim's transaction and commits.
+func (d *delivery) claimFirst(h message.HandlerFunc) ([]*message.Message, error) {
+	d.begun = time.Now()
+	ctx, span := d.m.tracer.Start(d.ctx, SpanClaim)
+	tx, prior, err := d.m.store.Claim(ctx, d.claim())
+	endSpan(span, err)
+	d.m.metrics.claimDuration.Record(d.ctx, seconds(d.begun), d.attrs.record...)
+	if err != nil {
+		d.fail("claim")
+		return nil, fmt.Errorf("inbox: claim key %q for consumer %q: %w", d.key, d.consumer, err)
+	}
+	if prior != nil {
+		return d.duplicate(prior)
+	}
+
+	c := &claim{inbox: d.m, key: d.key, tx: tx}
+	returned, _, pubs, err := d.run(h, c, func() { _ = d.rollback(tx) })
+	if err != nil {
+		if rbErr := d.rollback(tx); rbErr != nil {
+			err = errors.Join(err, rbErr)
+		}
+		return nil, err
+	}
+	encoded, err := encodeProduced(returned, pubs)
+	if err != nil {
+		d.fail("commit")
+		return nil, errors.Join(err, d.rollback(tx))
+	}
+	// A commit that fails may still have been made durable by the server before the
+	// connection broke. Either way we nack: the redelivery finds the claim committed and is
+	// acked as a duplicate, or finds it absent and runs the handler again.
+	if err := d.commit(func(ctx context.Context) error { return tx.Commit(ctx, encoded) }); err != nil {
+		return nil, err
+	}
+	return d.processed(returned, pubs)
+}
+
+// writeBehind runs the handler first, then claims, writes and commits in one step; a key
+// that is committed already discards what the handler did.
+func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error) {
+	c := &claim{inbox: d.m, key: d.key}
+	returned, queued, pubs, err := d.run(h, c, func() {})
+	if err != nil {
+		return nil, err
+	}
+	encoded, err := encodeProduced(returned, pubs)
+	if err != nil {
+		d.fail("commit")
+		return nil, err
+	}
+	d.begun = time.Now()
+	var prior *Processed
+	err = d.commit(func(ctx context.Context) (err error) {
+		prior, err = claimAndCommit(ctx, d.m.store, d.claim(), queued, encoded)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if prior != nil {
+		return d.duplicate(prior)
+	}
+	return d.processed(returned, pubs)
+}
+
+func (d *delivery) claim() Claim {
+	return Claim{Consumer: d.consumer, Key: d.key, Fingerprint: d.fingerprint}
+}
+
+// run runs the handler with c in the message context and collects what it produced. A
+// panic calls onPanic (which rolls back) and goes on.
+func (d *delivery) run(h message.HandlerFunc, c *claim, onPanic func()) (
+	returned []*message.Message, queued []Statement, pubs []published, err error,
+) {
+	ctx, span := d.m.tracer.Start(d.ctx, SpanHandler)
+	d.msg.SetContext(withClaim(ctx, c))
+	defer d.msg.SetContext(d.original) // the claim ends here; nothing after us may reach it
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			c.end()
+			onPanic()
+			d.rolledBack()
+			endSpan(span, fmt.Errorf("panic: %v", recovered))
+			panic(recovered)
+		}
+	}()
+	returned, err = h(d.msg)
+	queued, pubs = c.end()
+	endSpan(span, err)
+	if err != nil {
+		d.rolledBack()
+		return nil, nil, nil, err
+	}
+	return returned, queued, pubs, nil
+}
+
+// duplicate acks a message whose key is committed and publishes again what its first
+// handler run produced, unless its payload differs and the policy rejects that.
+func (d *delivery) duplicate(prior *Processed) ([]*message.Message, error) {
+	d.outcome = "duplicate"
+	if d.fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(d.fingerprint, prior.Fingerprint) {
+		d.m.metrics.mismatches.Add(d.ctx, 1, d.attrs.add...)
+		mismatch := &FingerprintMismatchError{Consumer: d.consumer, Key: d.key, Stored: prior.Fingerprint, Received: d.fingerprint}
+		if d.m.config.OnFingerprintMismatch == RejectMismatch {
+			return nil, mismatch
+		}
+		d.m.logger.Error("Inbox: duplicate key with a different payload acked", mismatch, d.fields())
+	}
+	returned, pubs, err := decodeProduced(prior.Produced)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.publish(pubs); err != nil {
+		return nil, err
+	}
+	d.m.metrics.duplicates.Add(d.ctx, 1, d.attrs.add...)
+	if _, silent := d.m.logger.(watermill.NopLogger); silent {
+		return returned, nil // skip building the log fields of every duplicate
+	}
+	if n := len(returned) + len(pubs); n > 0 {
+		d.m.logger.Debug("Inbox: duplicate message skipped, its produced messages published again",
+			d.fields().Add(watermill.LogFields{"republished": n}))
+	} else {
+		d.m.logger.Debug("Inbox: duplicate message skipped", d.fields())
+	}
+	return returned, nil
+}
+
+// processed publishes what the handler published, now that it is committed, and returns
+// what it returned for the router to publish.
+func (d *delivery) processed(returned []*message.Message, pubs []published) ([]*message.Message, error) {
+	d.m.metrics.txDuration.Record(d.ctx, seconds(d.begun), d.attrs.record...)
+	d.m.metrics.processed.Add(d.ctx, 1, d.attrs.add...)
+	d.outcome = "processed"
+	if err := d.publish(pubs); err != nil {
+		return nil, err
+	}
+	return returned, nil
+}
+
+// publish sends messages a handler published through a Publisher, after their commit.
+func (d *delivery) publish(pubs []published) error {
+	if len(pubs) == 0 {
+		return nil
+	}
+	p := d.m.publisher.Load()
+	if p == nil {
+		d.fail("publish")
+		return fmt.Errorf("%w: %d recorded message(s) of key %q for consumer %q", ErrNoPublisher, len(pubs), d.key, d.consumer)
+	}
+	ctx, span := d.m.tracer.Start(d.ctx, SpanPublish)
+	for _, pub := range pubs {
+		pub.msg.SetContext(ctx)
+	}
+	err := p.publish(pubs)
+	endSpan(span, err)
+	if err != nil {
+		d.fail("publish")
+		return fmt.Errorf("%w (key %q, consumer %q; the redelivery publishes them again)", err, d.key, d.consumer)
+	}
+	return nil
+}
+
+// commit ends the transaction through end, detached from the message context.
+func (d *delivery) commit(end func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), endTimeout)
+	defer cancel()
+	ctx, span := d.m.tracer.Start(ctx, SpanCommit)
+	err := end(ctx)
+	endSpan(span, err)
+	if err != nil {
+		d.fail("commit")
+		return fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", d.key, d.consumer, err)
+	}
+	return nil
+}
+
+// rollback runs even when the message context is done, because the transaction must end.
+func (d *delivery) rollback(tx Tx) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), endTimeout)
+	defer cancel()
+	if err := tx.Rollback(ctx); err != nil {
+		err = fmt.Errorf("inbox: rollback: %w", err)
+		d.m.logger.Error("Inbox: rollback failed", err, d.fields())
+		return err
+	}
+	return nil
+}
+
+func (d *delivery) rolledBack() {
+	d.outcome = "rolled_back"
+	d.m.metrics.rolledBack.Add(d.ctx, 1, d.attrs.add...)
+}
+
+func (d *delivery) fail(stage string) {
+	d.outcome = "failed"
+	d.m.metrics.fail(d.ctx, d.consumer, d.handler, stage)
+}
+
+// fields are the log fields of the delivery, built only when something is logged.
+func (d *delivery) fields() watermill.LogFields {
+	return watermill.LogFields{"consumer": d.consumer, "handler_name": d.handler, "message_uuid": d.msg.UUID,
+		"idempotency_key": d.key}
+}

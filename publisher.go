@@ -1,0 +1,136 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Publisher is a message.Publisher for handlers that publish instead of returning their
+// messages: components/cqrs event and command buses, or a handler that calls a publisher
+// itself. Inside an inbox handler its messages are recorded with the claim and published
+// only after the claim commits, so a handler that fails after publishing sends nothing, and
+// a redelivery sends exactly what the committed run published, under the same UUIDs.
+//
+// Publish decides by each message's context (msg.Context(); cqrs buses set it to the
+// handler's context, a handler that builds messages itself must call
+// msg.SetContext(handlerMsg.Context())):
+//
+//   - a context that carries an inbox claim: the message is recorded with the claim, in the
+//     same transaction as the claim and the handler's writes. After the commit the
+//     middleware publishes the recorded messages through the wrapped publisher, in order,
+//     with their UUIDs and metadata byte for byte. If that publish fails the incoming
+//     message is nacked; its redelivery is a duplicate, and the middleware publishes the
+//     recorded messages again with the same UUIDs. Consumers downstream deduplicate them.
+//   - any other context: the message is published at once, through the wrapped publisher.
+//
+// One Publisher serves the inboxes of one Store, and one inbox middleware publishes through
+// one Publisher: share it between an EventBus and a CommandBus. Set Config.Publisher so that
+// a duplicate arriving in a process whose handlers have not published yet can publish the
+// recorded messages again.
+type Publisher struct {
+	publisher message.Publisher
+
+	mu    sync.Mutex
+	store Store // the store whose claims it records with; set on first use
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher wraps publisher. It returns ErrNilPublisher when publisher is nil.
+func NewPublisher(publisher message.Publisher) (*Publisher, error) {
+	if publisher == nil {
+		return nil, ErrNilPublisher
+	}
+	return &Publisher{publisher: publisher}, nil
+}
+
+// Publish records messages whose context carries an inbox claim and publishes the others at
+// once; see Publisher. Messages of one call must either all carry the same claim or none.
+// Inside a claim it returns an error wrapping ErrEmptyMessageUUID for a message without a
+// UUID, ErrEmptyTopic for an empty topic, ErrClaimEnded after the handler returned, and
+// ErrPublisherMismatch when the claim belongs to another Store's inbox or to an inbox that
+// publishes through another Publisher.
+func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
+	if len(messages) == 0 {
+		return nil
+	}
+	c, inClaim := claimFrom(messages[0].Context())
+	for _, msg := range messages[1:] {
+		if other, ok := claimFrom(msg.Context()); ok != inClaim || other != c {
+			return errors.New("inbox: messages of one Publish call carry different inbox claims; publish them separately")
+		}
+	}
+	if !inClaim {
+		return p.publisher.Publish(topic, messages...)
+	}
+	if topic == "" {
+		return ErrEmptyTopic
+	}
+	for _, msg := range messages {
+		if msg.UUID == "" {
+			return fmt.Errorf("%w (topic %q)", ErrEmptyMessageUUID, topic)
+		}
+	}
+	if err := c.inbox.usePublisher(p); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return fmt.Errorf("%w: Publish called after the handler returned", ErrClaimEnded)
+	}
+	for _, msg := range messages {
+		// A copy: the handler may reuse or change its message after Publish returns.
+		c.published = append(c.published, published{topic: topic, msg: copyMessage(msg)})
+	}
+	return nil
+}
+
+// Close closes the wrapped publisher.
+func (p *Publisher) Close() error { return p.publisher.Close() }
+
+// bind ties p to store on first use; a claim from another store is an error.
+func (p *Publisher) bind(store Store) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.store == nil {
+		p.store = store
+		return nil
+	}
+	if p.store != store {
+		return fmt.Errorf("%w: it records with the claims of another Store", ErrPublisherMismatch)
+	}
+	return nil
+}
+
+// publish sends recorded messages through the wrapped publisher, in order, one Publish call
+// per run of messages with the same topic.
+func (p *Publisher) publish(pubs []published) error {
+	for start := 0; start < len(pubs); {
+		end := start + 1
+		for end < len(pubs) && pubs[end].topic == pubs[start].topic {
+			end++
+		}
+		msgs := make([]*message.Message, 0, end-start)
+		for _, pub := range pubs[start:end] {
+			msgs = append(msgs, pub.msg)
+		}
+		if err := p.publisher.Publish(pubs[start].topic, msgs...); err != nil {
+			return fmt.Errorf("inbox: publish %d recorded message(s) to topic %q: %w", len(msgs), pubs[start].topic, err)
+		}
+		start = end
+	}
+	return nil
+}
+
+// copyMessage copies the fields that are recorded: UUID, metadata and payload.
+func copyMessage(msg *message.Message) *message.Message {
+	out := message.NewMessage(msg.UUID, append([]byte(nil), msg.Payload...))
+	for k, v := range msg.Metadata {
+		out.Metadata.Set(k, v)
+	}
+	return out
+}
