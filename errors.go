@@ -30,8 +30,8 @@ var (
 	// is longer than MaxConsumerLength bytes, not valid UTF-8, or contains a NUL byte.
 	ErrInvalidConsumer = errors.New("inbox: consumer name is not valid")
 
-	// ErrInvalidTableName is returned, wrapped with the name, by ValidateTableName and by
-	// the store constructors in sqlinbox.
+	// ErrInvalidTableName is returned, wrapped with the name, by the stores in sqlinbox
+	// (sqlinbox.ValidateTableName) for a table name that could carry SQL.
 	ErrInvalidTableName = errors.New("inbox: invalid table name")
 
 	// ErrNilStore is returned by NewMiddleware when the store is nil.

@@ -129,9 +129,19 @@ func stdlibPostgresBackend(t *testing.T) *backend {
 	return b
 }
 
-func mysqlBackend(t *testing.T) *backend {
+func mysqlBackend(t *testing.T) *backend { return mysqlBackendWith(t, "") }
+
+// mysqlBackendWith adds params, if any, to the DSN's parameters.
+func mysqlBackendWith(t *testing.T, params string) *backend {
 	ctx := context.Background()
 	dsn := testenv.MySQLDSN(t)
+	if params != "" {
+		if strings.Contains(dsn, "?") {
+			dsn += "&" + params
+		} else {
+			dsn += "?" + params
+		}
+	}
 	start, end := strings.Index(dsn, "tcp("), strings.Index(dsn, ")/")
 	if start < 0 || end < 0 {
 		t.Fatalf("MySQL DSN %q: want the form user@tcp(host:port)/db", dsn)
@@ -211,7 +221,7 @@ func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dollar := dialect == sqlinbox.Postgres
+	dollar := dialect.Name == sqlinbox.Postgres.Name
 	placeholders := func(query string) string { return query }
 	if dollar {
 		placeholders = dollarPlaceholders

@@ -10,7 +10,7 @@ import (
 // Config configures a store. The zero value is ready to use.
 type Config struct {
 	// Table is the inbox table, optionally qualified by a schema ("billing.inbox").
-	// Default: "inbox". It is validated by inbox.ValidateTableName and quoted, so it keeps
+	// Default: "inbox". It is validated by the dialect (ValidateTableName) and quoted, so it keeps
 	// the case it is written in.
 	Table string
 
@@ -43,8 +43,10 @@ func (c Config) validate() error {
 
 // statements is what a store sends, rendered once at construction.
 type statements struct {
-	claim, prior, record string
-	claimOrRead          string // "" where the dialect has none
+	dialect               Dialect
+	table                 Table
+	insert, prior, record string
+	claimOrRead           string // "" where the dialect has none
 	// lockTimeout is empty when Config.LockTimeout is 0.
 	lockTimeout     string
 	lockTimeoutArgs []any
@@ -58,34 +60,29 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 	if err := config.validate(); err != nil {
 		return statements{}, err
 	}
-	var s statements
-	for _, r := range []struct {
-		dst       *string
-		statement string
-	}{
-		{&s.claim, dialect.claim},
-		{&s.prior, dialect.prior},
-		{&s.record, dialect.record},
-		{&s.claimOrRead, dialect.claimOrRead},
-	} {
-		if r.statement == "" {
-			continue
-		}
-		var err error
-		if *r.dst, err = render(dialect, r.statement, config.Table); err != nil {
-			return statements{}, err
-		}
-	}
-	schema, err := inbox.SchemaStatements(dialect.name, config.Table)
+	table, err := dialect.ParseTable(config.Table)
 	if err != nil {
 		return statements{}, err
 	}
-	s.schema, s.schemaLock = schema, dialect.schemaLock
-	if s.cleanup, err = newCleanupStatements(dialect, config.Table); err != nil {
-		return statements{}, err
+	s := statements{
+		dialect:     dialect,
+		table:       table,
+		insert:      render(dialect.Insert, table),
+		prior:       render(dialect.Prior, table),
+		record:      render(dialect.Record, table),
+		claimOrRead: render(dialect.ClaimOrRead, table),
+		schema:      dialect.Schema(table),
+		schemaLock:  dialect.SchemaLock,
+		cleanup:     newCleanupStatements(dialect, table),
 	}
 	if config.LockTimeout > 0 {
-		s.lockTimeout, s.lockTimeoutArgs = dialect.lockTimeout(config.LockTimeout)
+		if dialect.LockTimeout == nil {
+			return statements{}, fmt.Errorf("sqlinbox: dialect %q has no LockTimeout: leave Config.LockTimeout 0", dialect.Name)
+		}
+		s.lockTimeout, s.lockTimeoutArgs = dialect.LockTimeout(config.LockTimeout)
 	}
 	return s, nil
 }
+
+// isDuplicateKey reports whether err, from the claim's insert, is the duplicate key.
+func (s statements) isDuplicateKey(err error) bool { return s.dialect.IsDuplicateKey(err, s.table) }

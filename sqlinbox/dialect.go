@@ -1,181 +1,219 @@
 package sqlinbox
 
 import (
+	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 	"time"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// Dialect is the SQL one database speaks: the statements a store sends, rendered as strings
-// so they can be read and tested without a database. Use the values Postgres, MySQL and
-// SQLite; the zero Dialect is invalid.
+// Dialect is the SQL one database speaks: every statement a store sends, the DDL, and how
+// to read the database's errors. Statements are strings, so they can be read and tested
+// without a database; the few that depend on a value are functions.
+//
+// The dialects this package ships are Postgres, MySQL and SQLite, each defined in a file of
+// its own. Every field is exported, so a dialect for another database (or another driver's
+// errors) can be written outside this package: start from a copy of the closest one. The
+// zero Dialect is invalid.
+//
+// In the statement fields, %[1]s stands for the quoted table name (see Table.Quoted); write
+// a literal % as %%. The claim statements' parameters are the consumer, the key and the
+// payload fingerprint, in that order.
 type Dialect struct {
-	name string
-	// claim inserts (consumer, message_id, payload_hash) and skips only a conflict on the
-	// primary key; %s is the quoted table. It must report 1 affected row for a new claim,
-	// 0 for a duplicate.
-	claim string
-	// prior reads what the committed claim of (consumer, message_id) recorded. It is a
-	// statement of its own, after the claim, so that it sees a row committed while the
-	// claim waited for it.
-	prior string
-	// record stores the produced messages (first parameter) with the claim.
-	record string
-	// claimOrRead, where the dialect can, claims and reads a committed claim in one
-	// statement: a row (true, ...) for a new claim, (false, hash, produced) for a committed
-	// one the statement's snapshot sees, and no row for one committed while the claim
-	// waited for it, which only prior, a statement of its own, can read.
-	claimOrRead string
-	// schemaLock, when set, serialises InitializeSchema across instances that start at once
-	// (PostgreSQL's CREATE TABLE IF NOT EXISTS can fail when two run concurrently).
-	schemaLock string
-	// cleanup deletes one batch of the oldest rows older than a retention, of every
-	// consumer; its parameters are cleanupArgs. expired counts what cleanup would delete.
-	// %[1]s is the quoted table.
-	cleanup, expired string
-	// cleanupLock tries, without waiting, to take the lock that lets one cleanup of a table
-	// run at a time and returns 1 if it did; cleanupUnlock releases it. Both are session
-	// locks: they hold on the connection that took them. Their parameter is the table name
-	// (quoted on PostgreSQL, as written on MySQL). Empty: no lock (SQLite, whose single
-	// writer serialises the batches anyway).
-	cleanupLock, cleanupUnlock string
+	// Name names the dialect in messages ("postgres"). Required.
+	Name string
+
+	// ValidateTable accepts or rejects a table name before it is put into SQL text; its
+	// error must wrap inbox.ErrInvalidTableName. The shipped dialects use
+	// ValidateTableName. Required.
+	ValidateTable func(table string) error
+	// QuoteIdentifier quotes one part of a validated table name (a schema or a table), so
+	// that reserved words work and case is kept as written. Required.
+	QuoteIdentifier func(identifier string) string
+
+	// Schema returns the statements that create the inbox table and its processed_at index,
+	// each only if it does not exist (the columns are listed in the inbox package). Required.
+	Schema func(table Table) []string
+	// SchemaLock, if set, runs first in InitializeSchema's transaction to serialise
+	// instances that create the schema at once.
+	SchemaLock string
+
+	// Insert inserts the claim and fails on a duplicate key with an error that
+	// IsDuplicateKey recognises. Required. Unless ClaimOrRead is set, the claim is Insert,
+	// and the transaction must stay usable after the duplicate-key error (true of InnoDB and
+	// SQLite, not of PostgreSQL), because Prior runs in it next.
+	Insert string
+	// ClaimOrRead, if set, is the claim: one statement that inserts the claim, skipping only
+	// a conflict on the primary key, and returns one row (inserted bool, payload_hash,
+	// produced): (true, NULL, NULL) for a new claim, (false, hash, produced) for a committed
+	// claim the statement's snapshot sees, and no row for one committed while the claim
+	// waited for it, which Prior, a statement of its own, then reads.
+	ClaimOrRead string
+	// Prior reads (payload_hash, produced) of the committed claim of (consumer, key).
+	// Required.
+	Prior string
+	// Record stores the produced messages with the claim; its parameters are the produced
+	// bytes, the consumer and the key. Required.
+	Record string
+	// IsDuplicateKey reports whether err, returned by Insert on table, is a violation of the
+	// inbox table's primary key, and not of any other constraint. Required.
+	IsDuplicateKey func(err error, table Table) bool
+
+	// LockTimeout returns the statement, run first in the transaction, that bounds the
+	// transaction's lock waits by timeout (at least 1ms); see Config.LockTimeout. Required
+	// when a store is given a LockTimeout.
+	LockTimeout func(timeout time.Duration) (query string, args []any)
+
+	// Cleanup deletes one batch of the oldest rows older than a retention, of every
+	// consumer; its parameters are CleanupAge's value and the batch size. Expired counts the
+	// rows Cleanup would delete; its parameter is CleanupAge's value. Required for Cleanup
+	// and CountExpired.
+	Cleanup, Expired string
+	// CleanupAge returns the retention as the parameter Cleanup and Expired take, for the
+	// database's clock to compute the cutoff (the clock that set processed_at).
+	CleanupAge func(olderThan time.Duration) any
+	// CleanupLock tries, without waiting, to take the lock that lets one cleanup of a table
+	// run at a time and returns 1 if it did; CleanupUnlock releases it and returns 1. Both
+	// are session locks, held by the connection that took them; their parameter is
+	// CleanupLockKey's value. Empty: cleanups take no lock.
+	CleanupLock, CleanupUnlock string
+	// CleanupLockKey returns the parameter of CleanupLock and CleanupUnlock.
+	CleanupLockKey func(table Table) any
+
+	// TableSize returns the ways to measure the bytes the table and its indexes take, for
+	// the CLI's stats; SQLStore.TableSize tries them in order. Nil: not measurable.
+	TableSize func(table Table) []SizeQuery
 }
 
-var (
-	// Postgres is PostgreSQL: INSERT ... ON CONFLICT (consumer, message_id) DO NOTHING.
-	Postgres = Dialect{
-		name:   inbox.DialectPostgres,
-		claim:  `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3) ON CONFLICT (consumer, message_id) DO NOTHING`,
-		prior:  `SELECT payload_hash, produced FROM %s WHERE consumer = $1 AND message_id = $2`,
-		record: `UPDATE %s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
-		claimOrRead: `WITH claimed AS (
-	INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
-	ON CONFLICT (consumer, message_id) DO NOTHING
-	RETURNING true AS inserted
-)
-SELECT true, NULL::bytea, NULL::bytea FROM claimed
-UNION ALL
-SELECT false, payload_hash, produced FROM %[1]s
-WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT FROM claimed)`,
-		schemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
-		// By ctid, the row's physical address: the subquery finds the batch through the
-		// processed_at index, the DELETE goes straight to each row.
-		cleanup: `DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`,
-		expired: `SELECT count(*) FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond'`,
-		// The key is the table's OID, so "inbox" and "public.inbox" share one lock; the
-		// first int4 ("winb") keeps it apart from other advisory locks.
-		cleanupLock:   `SELECT pg_try_advisory_lock(2003398242, $1::text::regclass::oid::int)::int`,
-		cleanupUnlock: `SELECT pg_advisory_unlock(2003398242, $1::text::regclass::oid::int)::int`,
-	}
+// Table is a validated table name in the forms a dialect's SQL needs.
+type Table struct {
+	// Name is the table name without its schema; Schema is the schema, "" if none was given.
+	Name, Schema string
+	// Quoted is the full name, each part quoted by the dialect ("billing"."inbox").
+	Quoted string
+}
 
-	// MySQL is MySQL and MariaDB with InnoDB. The claim is INSERT ... ON DUPLICATE KEY UPDATE
-	// with a no-op assignment, which skips the duplicate key and nothing else (INSERT IGNORE
-	// would turn other errors into warnings). It reads the affected-row count, so the DSN
-	// must not set clientFoundRows=true. Set interpolateParams=true in go-sql-driver/mysql's
-	// DSN to save the prepare round trips of every statement.
-	MySQL = Dialect{
-		name:   inbox.DialectMySQL,
-		claim:  "INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE consumer = consumer",
-		prior:  "SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?",
-		record: "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
-		// The processed_at index gives the oldest rows; LIMIT bounds the batch.
-		cleanup: "DELETE FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
-		expired: "SELECT COUNT(*) FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND",
-		// Named locks are server-wide: the name holds the database and the table, hashed to
-		// stay under the 64-character limit.
-		cleanupLock:   "SELECT GET_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))), 0)",
-		cleanupUnlock: "SELECT RELEASE_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))))",
-	}
+// SizeQuery is one way to measure a table's size: SQL, with %[1]s for the quoted table,
+// returns one number of bytes (NULL: this way does not apply) when run with Args. Note says
+// what was measured.
+type SizeQuery struct {
+	SQL  string
+	Args []any
+	Note string
+}
 
-	// SQLite is SQLite 3.24 or later: INSERT ... ON CONFLICT (consumer, message_id) DO NOTHING.
-	// Open the database with a busy timeout (modernc.org/sqlite: _pragma=busy_timeout(5000))
-	// so concurrent writers wait for each other instead of failing with SQLITE_BUSY. The
-	// claim is the transaction's first statement, so it takes the write lock at once.
-	SQLite = Dialect{
-		name:   inbox.DialectSQLite,
-		claim:  `INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON CONFLICT (consumer, message_id) DO NOTHING`,
-		prior:  `SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?`,
-		record: `UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?`,
-		// The table is WITHOUT ROWID: delete by primary key.
-		cleanup: `DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`,
-		expired: `SELECT COUNT(*) FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?)`,
-	}
-)
-
-// String returns the dialect's name: "postgres", "mysql" or "sqlite".
-func (d Dialect) String() string { return d.name }
+// String returns the dialect's name.
+func (d Dialect) String() string { return d.Name }
 
 func (d Dialect) validate() error {
-	if d.name == "" {
-		return fmt.Errorf("sqlinbox: no dialect: use sqlinbox.Postgres, sqlinbox.MySQL or sqlinbox.SQLite")
+	if d.Name == "" {
+		return errors.New("sqlinbox: no dialect: use sqlinbox.Postgres, sqlinbox.MySQL or sqlinbox.SQLite")
+	}
+	for _, f := range []struct {
+		missing bool
+		field   string
+	}{
+		{d.ValidateTable == nil, "ValidateTable"},
+		{d.QuoteIdentifier == nil, "QuoteIdentifier"},
+		{d.Schema == nil, "Schema"},
+		{d.Insert == "", "Insert"},
+		{d.Prior == "", "Prior"},
+		{d.Record == "", "Record"},
+		{d.IsDuplicateKey == nil, "IsDuplicateKey"},
+	} {
+		if f.missing {
+			return fmt.Errorf("sqlinbox: dialect %q has no %s", d.Name, f.field)
+		}
 	}
 	return nil
 }
 
-// lockTimeout returns the statement that bounds the transaction's lock waits by d.
-func (d Dialect) lockTimeout(timeout time.Duration) (query string, args []any) {
-	millis := max(timeout.Milliseconds(), 1)
-	switch d.name {
-	case inbox.DialectPostgres:
-		// set_config(..., true) is SET LOCAL with a parameter: it ends with the transaction.
-		return `SELECT set_config('lock_timeout', $1, true)`, []any{strconv.FormatInt(millis, 10) + "ms"}
-	case inbox.DialectMySQL:
-		// Whole seconds, at least 1; a session setting, kept by the connection.
-		return "SET SESSION innodb_lock_wait_timeout = ?", []any{(millis + 999) / 1000}
-	default:
-		// A pragma takes no parameters; the value is a number we format.
-		return "PRAGMA busy_timeout = " + strconv.FormatInt(millis, 10), nil
+// ParseTable validates table with the dialect's ValidateTable and returns it in the forms
+// the dialect's SQL needs.
+func (d Dialect) ParseTable(table string) (Table, error) {
+	if err := d.validate(); err != nil {
+		return Table{}, err
 	}
+	if err := d.ValidateTable(table); err != nil {
+		return Table{}, err
+	}
+	t := Table{Name: table}
+	quoted := ""
+	if schema, name, ok := strings.Cut(table, "."); ok {
+		t.Schema, t.Name = schema, name
+		quoted = d.QuoteIdentifier(schema) + "."
+	}
+	t.Quoted = quoted + d.QuoteIdentifier(t.Name)
+	return t, nil
 }
 
-// ClaimSQL returns the statement that claims a key in table; its parameters are the
-// consumer, the key and the payload fingerprint.
-func ClaimSQL(dialect Dialect, table string) (string, error) {
-	return render(dialect, dialect.claim, table)
+// QuoteTable validates table and returns it quoted for the dialect, ready to put into SQL.
+func (d Dialect) QuoteTable(table string) (string, error) {
+	t, err := d.ParseTable(table)
+	return t.Quoted, err
 }
 
 // SchemaSQL returns the script that creates the inbox table and its index in dialect if they
-// do not exist, for teams that run their own migrations. The DDL itself is defined in the
-// inbox package (inbox.SchemaStatements).
+// do not exist, each statement ended by ";", for teams that run their own migrations.
 func SchemaSQL(dialect Dialect, table string) (string, error) {
-	if err := dialect.validate(); err != nil {
-		return "", err
-	}
-	return inbox.CreateTableSQL(dialect.name, table)
-}
-
-// CleanupSQL returns the statement that deletes one batch of rows older than a retention
-// from table, in dialect. Its parameters are the retention (PostgreSQL and MySQL: whole
-// microseconds as an integer; SQLite: a date modifier such as "-3600.000000 seconds") and
-// the batch size. The cutoff is computed by the database's clock, the one that set
-// processed_at.
-func CleanupSQL(dialect Dialect, table string) (string, error) {
-	return render(dialect, dialect.cleanup, table)
-}
-
-// cleanupArgs returns the parameters of the cleanup and expired statements: the retention,
-// then (for cleanup) the batch size.
-func (d Dialect) cleanupArgs(olderThan time.Duration, batchSize int) []any {
-	var age any = olderThan.Microseconds()
-	if d.name == inbox.DialectSQLite {
-		micros := olderThan.Microseconds()
-		age = fmt.Sprintf("-%d.%06d seconds", micros/1e6, micros%1e6)
-	}
-	if batchSize == 0 {
-		return []any{age}
-	}
-	return []any{age, batchSize}
-}
-
-func render(dialect Dialect, statement, table string) (string, error) {
-	if err := dialect.validate(); err != nil {
-		return "", err
-	}
-	quoted, err := inbox.QuoteTableName(dialect.name, table)
+	t, err := dialect.ParseTable(table)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf(statement, quoted), nil
+	return strings.Join(dialect.Schema(t), ";\n") + ";\n", nil
+}
+
+// maxIdentifierLength is PostgreSQL's limit (MySQL allows 64, SQLite more).
+const maxIdentifierLength = 63
+
+// ValidateTableName accepts a table name made of ASCII letters, digits and underscores, not
+// starting with a digit, at most 63 bytes, optionally qualified by a schema of the same form
+// ("inbox", "billing.inbox"). Anything else returns an error wrapping
+// inbox.ErrInvalidTableName: the name is the one thing the inbox puts into SQL text, so it
+// must not be able to carry SQL.
+func ValidateTableName(table string) error {
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 {
+		return fmt.Errorf("%w %q: at most one dot, between schema and table", inbox.ErrInvalidTableName, table)
+	}
+	for _, part := range parts {
+		if !isIdentifier(part) {
+			return fmt.Errorf("%w %q: use 1 to %d letters, digits or underscores, not starting with a digit",
+				inbox.ErrInvalidTableName, table, maxIdentifierLength)
+		}
+	}
+	return nil
+}
+
+func isIdentifier(s string) bool {
+	if s == "" || len(s) > maxIdentifierLength || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// indexName is the name of the processed_at index of a table called name, cut to
+// PostgreSQL's identifier limit.
+func indexName(name string) string {
+	index := name + "_processed_at"
+	if len(index) > maxIdentifierLength {
+		index = index[:maxIdentifierLength]
+	}
+	return index
+}
+
+// render puts the quoted table into statement; a statement without verbs stays as it is.
+func render(statement string, table Table) string {
+	if !strings.Contains(statement, "%") {
+		return statement
+	}
+	return fmt.Sprintf(statement, table.Quoted)
 }

@@ -2,45 +2,71 @@ package sqlinbox_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-func TestClaimSQL(t *testing.T) {
-	tests := []struct {
-		dialect sqlinbox.Dialect
-		table   string
-		want    string
-	}{
-		{sqlinbox.Postgres, "inbox", `INSERT INTO "inbox" (consumer, message_id, payload_hash) VALUES ($1, $2, $3) ON CONFLICT (consumer, message_id) DO NOTHING`},
-		{sqlinbox.SQLite, "main.inbox", `INSERT INTO "main"."inbox" (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON CONFLICT (consumer, message_id) DO NOTHING`},
-		{sqlinbox.MySQL, "inbox", "INSERT INTO `inbox` (consumer, message_id, payload_hash) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE consumer = consumer"},
+func TestValidateTableName(t *testing.T) {
+	valid := []string{"inbox", "Inbox_2", "_inbox", "billing.inbox", strings.Repeat("t", 63)}
+	for _, name := range valid {
+		if err := sqlinbox.ValidateTableName(name); err != nil {
+			t.Errorf("ValidateTableName(%q) = %v, want nil", name, err)
+		}
 	}
-	for _, tt := range tests {
-		t.Run(tt.dialect.String(), func(t *testing.T) {
-			got, err := sqlinbox.ClaimSQL(tt.dialect, tt.table)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tt.want {
-				t.Errorf("ClaimSQL =\n%s\nwant\n%s", got, tt.want)
-			}
-		})
+	invalid := []string{
+		"", ".", "inbox.", ".inbox", "a.b.c", "1inbox", "in box", "inbox;", `in"box`, "in`box",
+		"inbox; DROP TABLE users", "inbox--", "inbóx", strings.Repeat("t", 64), "inbox\x00",
+	}
+	for _, name := range invalid {
+		if err := sqlinbox.ValidateTableName(name); !errors.Is(err, inbox.ErrInvalidTableName) {
+			t.Errorf("ValidateTableName(%q) = %v, want ErrInvalidTableName", name, err)
+		}
 	}
 }
 
-func TestSchemaSQLMatchesTheInboxPackage(t *testing.T) {
-	for _, d := range []sqlinbox.Dialect{sqlinbox.Postgres, sqlinbox.MySQL, sqlinbox.SQLite} {
-		got, err := sqlinbox.SchemaSQL(d, "inbox")
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, _ := inbox.CreateTableSQL(d.String(), "inbox")
-		if got != want {
-			t.Errorf("%s: SchemaSQL differs from inbox.CreateTableSQL", d)
-		}
+func TestSchemaSQL(t *testing.T) {
+	tests := []struct {
+		dialect    sqlinbox.Dialect
+		table      string
+		wantPrefix string
+		wantParts  []string
+	}{
+		{sqlinbox.Postgres, "billing.inbox", `CREATE TABLE IF NOT EXISTS "billing"."inbox" (`,
+			[]string{`message_id   varchar(255) COLLATE "C" NOT NULL`, "PRIMARY KEY (consumer, message_id)",
+				`CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "billing"."inbox" (processed_at)`}},
+		{sqlinbox.MySQL, "inbox", "CREATE TABLE IF NOT EXISTS `inbox` (",
+			[]string{"message_id   VARBINARY(255) NOT NULL", "PRIMARY KEY (consumer, message_id)", "INDEX processed_at (processed_at)", "ENGINE=InnoDB"}},
+		{sqlinbox.SQLite, "main.inbox", `CREATE TABLE IF NOT EXISTS "main"."inbox" (`,
+			[]string{"strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "PRIMARY KEY (consumer, message_id)", "WITHOUT ROWID",
+				`CREATE INDEX IF NOT EXISTS "main"."inbox_processed_at" ON "inbox" (processed_at)`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.dialect.String(), func(t *testing.T) {
+			ddl, err := sqlinbox.SchemaSQL(tt.dialect, tt.table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(ddl, tt.wantPrefix) {
+				t.Errorf("DDL starts %q, want %q", ddl[:min(len(ddl), len(tt.wantPrefix))], tt.wantPrefix)
+			}
+			for _, part := range tt.wantParts {
+				if !strings.Contains(ddl, part) {
+					t.Errorf("DDL lacks %q:\n%s", part, ddl)
+				}
+			}
+			if !strings.HasSuffix(ddl, ";\n") {
+				t.Errorf("DDL does not end with %q: %q", ";\n", ddl[max(len(ddl)-10, 0):])
+			}
+		})
+	}
+	if _, err := sqlinbox.SchemaSQL(sqlinbox.Dialect{Name: "oracle"}, "inbox"); err == nil {
+		t.Error("incomplete dialect: no error")
+	}
+	if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres, "inbox; DROP TABLE x"); !errors.Is(err, inbox.ErrInvalidTableName) {
+		t.Errorf("bad table: err = %v, want ErrInvalidTableName", err)
 	}
 }
 
@@ -56,7 +82,28 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 	if _, err := sqlinbox.NewPgx(nil, sqlinbox.Config{}); err == nil {
 		t.Error("NewPgx with a nil db accepted")
 	}
-	if _, err := sqlinbox.ClaimSQL(sqlinbox.Dialect{}, "inbox"); err == nil {
+	if _, err := sqlinbox.SchemaSQL(sqlinbox.Dialect{}, "inbox"); err == nil {
 		t.Error("zero Dialect accepted")
+	}
+	noInsert := sqlinbox.SQLite
+	noInsert.Insert = ""
+	if _, err := sqlinbox.SchemaSQL(noInsert, "inbox"); err == nil || !strings.Contains(err.Error(), "Insert") {
+		t.Errorf("dialect without Insert: err = %v, want one naming Insert", err)
+	}
+}
+
+func TestQuoteTable(t *testing.T) {
+	for _, tt := range []struct {
+		dialect     sqlinbox.Dialect
+		table, want string
+	}{
+		{sqlinbox.Postgres, "billing.Inbox", `"billing"."Inbox"`},
+		{sqlinbox.MySQL, "test.inbox", "`test`.`inbox`"},
+		{sqlinbox.SQLite, "inbox", `"inbox"`},
+	} {
+		got, err := tt.dialect.QuoteTable(tt.table)
+		if err != nil || got != tt.want {
+			t.Errorf("%s.QuoteTable(%q) = %q, %v; want %q", tt.dialect, tt.table, got, err, tt.want)
+		}
 	}
 }

@@ -1,9 +1,10 @@
 // Package sqlinbox implements inbox.Store on SQL databases.
 //
 // Two adapters run the SQL: PgxStore for PostgreSQL through pgx v5 (handlers get a pgx.Tx),
-// and SQLStore for any database/sql driver (handlers get a *sql.Tx). A Dialect renders the
-// statements for PostgreSQL, MySQL/MariaDB or SQLite; the DDL itself is defined in the inbox
-// package's schema.go, and SchemaSQL returns it for teams that run their own migrations.
+// and SQLStore for any database/sql driver (handlers get a *sql.Tx). A Dialect holds all the
+// SQL of one database, the DDL included: Postgres, MySQL (MySQL and MariaDB) and SQLite, each
+// in a file of its own. SchemaSQL returns the DDL for teams that run their own migrations.
+// Dialect's fields are exported, so a dialect can be written outside this package.
 //
 // # Drivers and settings
 //
@@ -12,15 +13,15 @@
 //   - PostgreSQL, database/sql: sql.Open("pgx", url) with github.com/jackc/pgx/v5/stdlib, and
 //     the Postgres dialect.
 //   - MySQL/MariaDB: github.com/go-sql-driver/mysql with the MySQL dialect. Add
-//     interpolateParams=true to the DSN (one round trip per statement instead of three);
-//     do not set clientFoundRows=true (the claim reads the affected-row count).
-//   - SQLite: modernc.org/sqlite (or any driver) with the SQLite dialect and a busy timeout
+//     interpolateParams=true to the DSN (one round trip per statement instead of three).
+//     The claim reads no affected-row count, so clientFoundRows does not change it.
+//   - SQLite: modernc.org/sqlite or github.com/mattn/go-sqlite3 with the SQLite dialect and a busy timeout
 //     in the DSN, e.g. "file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
 //     so concurrent writers wait for the lock instead of failing.
 //
 // # Privileges
 //
 // Claims need INSERT, SELECT and UPDATE on the inbox table: PostgreSQL's ON CONFLICT with a
-// conflict target reads the key, MySQL's ON DUPLICATE KEY UPDATE needs all three, and
-// recording a handler's produced messages updates the claim. InitializeSchema needs CREATE.
+// conflict target reads the key, a duplicate reads the prior claim, and recording a
+// handler's produced messages updates the claim. InitializeSchema needs CREATE.
 package sqlinbox

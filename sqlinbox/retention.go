@@ -95,25 +95,37 @@ type cleanupStatements struct {
 	dialect                        Dialect
 	table                          string
 	cleanup, expired, lock, unlock string
-	lockArg                        string
+	lockKey                        any
 }
 
-func newCleanupStatements(dialect Dialect, table string) (cleanupStatements, error) {
-	s := cleanupStatements{dialect: dialect, table: table, lock: dialect.cleanupLock, unlock: dialect.cleanupUnlock, lockArg: table}
-	var err error
-	if s.cleanup, err = render(dialect, dialect.cleanup, table); err != nil {
-		return cleanupStatements{}, err
+func newCleanupStatements(dialect Dialect, table Table) cleanupStatements {
+	s := cleanupStatements{
+		dialect: dialect,
+		table:   table.Name,
+		cleanup: render(dialect.Cleanup, table),
+		expired: render(dialect.Expired, table),
+		lock:    dialect.CleanupLock,
+		unlock:  dialect.CleanupUnlock,
 	}
-	if s.expired, err = render(dialect, dialect.expired, table); err != nil {
-		return cleanupStatements{}, err
+	if table.Schema != "" {
+		s.table = table.Schema + "." + table.Name
 	}
-	if dialect.name == inbox.DialectPostgres {
-		// regclass parses the quoted name, so the lock follows the table, not its spelling.
-		if s.lockArg, err = inbox.QuoteTableName(dialect.name, table); err != nil {
-			return cleanupStatements{}, err
-		}
+	if dialect.CleanupLockKey != nil {
+		s.lockKey = dialect.CleanupLockKey(table)
 	}
-	return s, nil
+	return s
+}
+
+// args returns the parameters of the cleanup statement (batchSize > 0) or the expired one.
+func (s cleanupStatements) args(olderThan time.Duration, batchSize int) ([]any, error) {
+	if s.cleanup == "" || s.expired == "" || s.dialect.CleanupAge == nil {
+		return nil, fmt.Errorf("sqlinbox: dialect %q has no cleanup", s.dialect.Name)
+	}
+	age := s.dialect.CleanupAge(olderThan)
+	if batchSize == 0 {
+		return []any{age}, nil
+	}
+	return []any{age, batchSize}, nil
 }
 
 // cleanupSession is the one connection a pass runs on: its lock is a session lock, taken
@@ -129,7 +141,7 @@ func (s cleanupStatements) pass(ctx context.Context, session cleanupSession, old
 	config CleanupConfig,
 ) (deleted int64, broken bool, err error) {
 	if s.lock != "" {
-		got, err := session.queryInt(ctx, s.lock, s.lockArg)
+		got, err := session.queryInt(ctx, s.lock, s.lockKey)
 		if err != nil {
 			return 0, false, fmt.Errorf("sqlinbox: cleanup: take the lock: %w", err)
 		}
@@ -139,7 +151,7 @@ func (s cleanupStatements) pass(ctx context.Context, session cleanupSession, old
 		defer func() {
 			unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			released, unlockErr := session.queryInt(unlockCtx, s.unlock, s.lockArg)
+			released, unlockErr := session.queryInt(unlockCtx, s.unlock, s.lockKey)
 			if unlockErr == nil && (!released.Valid || released.Int64 != 1) {
 				unlockErr = errors.New("the lock was not held")
 			}
@@ -164,7 +176,10 @@ func (s cleanupStatements) pass(ctx context.Context, session cleanupSession, old
 		}
 	}
 	report()
-	args := s.dialect.cleanupArgs(olderThan, config.BatchSize)
+	args, err := s.args(olderThan, config.BatchSize)
+	if err != nil {
+		return 0, false, err
+	}
 	var pause *time.Timer
 	for {
 		n, err := session.exec(ctx, s.cleanup, args...)
@@ -259,8 +274,12 @@ func (s *PgxStore) CountExpired(ctx context.Context, olderThan time.Duration) (i
 	if !ok {
 		return 0, errors.New("sqlinbox: count expired claims: the store's db cannot run a query")
 	}
+	args, err := s.sql.cleanup.args(olderThan, 0)
+	if err != nil {
+		return 0, err
+	}
 	var n int64
-	if err := q.QueryRow(ctx, s.sql.cleanup.expired, s.sql.cleanup.dialect.cleanupArgs(olderThan, 0)...).Scan(&n); err != nil {
+	if err := q.QueryRow(ctx, s.sql.cleanup.expired, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlinbox: count expired claims: %w", err)
 	}
 	return n, nil
@@ -302,8 +321,12 @@ func (s *SQLStore) CountExpired(ctx context.Context, olderThan time.Duration) (i
 	if err := validateOlderThan(olderThan); err != nil {
 		return 0, err
 	}
+	args, err := s.sql.cleanup.args(olderThan, 0)
+	if err != nil {
+		return 0, err
+	}
 	var n int64
-	if err := s.db.QueryRowContext(ctx, s.sql.cleanup.expired, s.dialect.cleanupArgs(olderThan, 0)...).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.sql.cleanup.expired, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlinbox: count expired claims: %w", err)
 	}
 	return n, nil

@@ -8,35 +8,6 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-func TestCleanupSQL(t *testing.T) {
-	tests := []struct {
-		dialect sqlinbox.Dialect
-		table   string
-		want    string
-	}{
-		{sqlinbox.Postgres, "inbox", `DELETE FROM "inbox" WHERE ctid = ANY(ARRAY(SELECT ctid FROM "inbox" WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`},
-		{sqlinbox.MySQL, "test.inbox", "DELETE FROM `test`.`inbox` WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?"},
-		{sqlinbox.SQLite, "inbox", `DELETE FROM "inbox" WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM "inbox" WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.dialect.String(), func(t *testing.T) {
-			got, err := sqlinbox.CleanupSQL(tt.dialect, tt.table)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tt.want {
-				t.Errorf("CleanupSQL =\n%s\nwant\n%s", got, tt.want)
-			}
-		})
-	}
-	if _, err := sqlinbox.CleanupSQL(sqlinbox.Postgres, `inbox"; DROP TABLE x; --`); err == nil {
-		t.Error("CleanupSQL accepted an invalid table name")
-	}
-	if _, err := sqlinbox.CleanupSQL(sqlinbox.Dialect{}, "inbox"); err == nil {
-		t.Error("CleanupSQL accepted the zero Dialect")
-	}
-}
-
 type noCleaner struct{}
 
 func (noCleaner) Cleanup(context.Context, time.Duration, sqlinbox.CleanupConfig) (int64, error) {

@@ -13,9 +13,8 @@ import (
 // (PostgreSQL through pgx's stdlib, MySQL/MariaDB through go-sql-driver/mysql, SQLite through
 // modernc.org/sqlite). Handlers get a *sql.Tx from inbox.TxFromContext[*sql.Tx].
 type SQLStore struct {
-	db      *sql.DB
-	dialect Dialect
-	sql     statements
+	db  *sql.DB
+	sql statements
 }
 
 var _ inbox.Store = (*SQLStore)(nil)
@@ -29,11 +28,11 @@ func New(db *sql.DB, dialect Dialect, config Config) (*SQLStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SQLStore{db: db, dialect: dialect, sql: sql}, nil
+	return &SQLStore{db: db, sql: sql}, nil
 }
 
 // Dialect returns the dialect the store was built with.
-func (s *SQLStore) Dialect() Dialect { return s.dialect }
+func (s *SQLStore) Dialect() Dialect { return s.sql.dialect }
 
 // InitializeSchema creates the inbox table if it does not exist. It is safe to call on every
 // start, from every instance at once.
@@ -110,19 +109,36 @@ func (s *SQLStore) claimIn(ctx context.Context, tx *sql.Tx, claim inbox.Claim) (
 		prior, err = scanPrior(tx.QueryRowContext(ctx, s.sql.prior, claim.Consumer, claim.Key))
 		return false, prior, err
 	}
-	result, err := tx.ExecContext(ctx, s.sql.claim, claim.Consumer, claim.Key, claim.Fingerprint)
+	// The claim reads no affected-row count, which driver settings can change (MySQL's
+	// clientFoundRows): a duplicate is the dialect's duplicate-key error.
+	if _, err := tx.ExecContext(ctx, s.sql.insert, claim.Consumer, claim.Key, claim.Fingerprint); err != nil {
+		if !s.sql.isDuplicateKey(err) {
+			return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
+		}
+		prior, err = scanPrior(tx.QueryRowContext(ctx, s.sql.prior, claim.Consumer, claim.Key))
+		return false, prior, err
+	}
+	return true, nil, nil
+}
+
+// TableSize returns the bytes the inbox table and its indexes take, as the dialect measures
+// them, and a note on what was measured.
+func (s *SQLStore) TableSize(ctx context.Context) (bytes int64, note string, err error) {
+	if s.sql.dialect.TableSize == nil {
+		return 0, "", fmt.Errorf("sqlinbox: dialect %q cannot measure a table", s.sql.dialect.Name)
+	}
+	for _, q := range s.sql.dialect.TableSize(s.sql.table) {
+		var size sql.NullInt64
+		err = s.db.QueryRowContext(ctx, render(q.SQL, s.sql.table), q.Args...).Scan(&size)
+		bytes, note = size.Int64, q.Note
+		if err == nil && size.Valid {
+			break
+		}
+	}
 	if err != nil {
-		return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
+		return 0, "", fmt.Errorf("sqlinbox: table size: %w", err)
 	}
-	n, err := result.RowsAffected()
-	if err != nil {
-		return false, nil, fmt.Errorf("sqlinbox: claim: rows affected: %w", err)
-	}
-	if n == 1 {
-		return true, nil, nil
-	}
-	prior, err = scanPrior(tx.QueryRowContext(ctx, s.sql.prior, claim.Consumer, claim.Key))
-	return false, prior, err
+	return bytes, note, nil
 }
 
 // sqlTx adapts a *sql.Tx to inbox.Tx. database/sql ends a transaction with the context it

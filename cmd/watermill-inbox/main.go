@@ -148,19 +148,34 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	return nil
 }
 
-var dialects = map[string]sqlinbox.Dialect{
-	"postgres":   sqlinbox.Postgres,
-	"postgresql": sqlinbox.Postgres,
-	"mysql":      sqlinbox.MySQL,
-	"mariadb":    sqlinbox.MySQL,
-	"sqlite":     sqlinbox.SQLite,
-	"sqlite3":    sqlinbox.SQLite,
+// opener is a dialect and how the command opens it: the database/sql driver and the DSN
+// in that driver's form.
+type opener struct {
+	dialect sqlinbox.Dialect
+	driver  string
+	dsn     func(dsn string) (string, error)
+}
+
+var (
+	postgres = opener{sqlinbox.Postgres, "pgx", func(dsn string) (string, error) { return dsn, nil }}
+	mysqlDB  = opener{sqlinbox.MySQL, "mysql", mysqlDSN}
+	sqlite   = opener{sqlinbox.SQLite, "sqlite", func(dsn string) (string, error) { return sqliteDSN(dsn), nil }}
+)
+
+// openers maps every name -dialect accepts, and every DSN scheme, to its opener.
+var openers = map[string]opener{
+	"postgres":   postgres,
+	"postgresql": postgres,
+	"mysql":      mysqlDB,
+	"mariadb":    mysqlDB,
+	"sqlite":     sqlite,
+	"sqlite3":    sqlite,
 }
 
 // resolve returns the dialect, the driver and the DSN in the driver's form. needDSN is false
 // for schema, which only needs the dialect.
 func (t *target) resolve(needDSN bool) (dialect sqlinbox.Dialect, driver, dsn string, err error) {
-	if err := inbox.ValidateTableName(t.table); err != nil {
+	if err := sqlinbox.ValidateTableName(t.table); err != nil {
 		return dialect, "", "", usageError{strings.TrimPrefix(err.Error(), "inbox: ")}
 	}
 	dsn = t.dsn
@@ -181,11 +196,12 @@ func (t *target) resolve(needDSN bool) (dialect sqlinbox.Dialect, driver, dsn st
 	case name == "":
 		return dialect, "", "", usagef("cannot tell the dialect from the DSN: start it with postgres://, mysql:// or sqlite://, or set -dialect")
 	}
-	dialect, ok := dialects[name]
+	db, ok := openers[name]
 	if !ok {
 		return dialect, "", "", usagef("unknown dialect %q: use postgres, mysql or sqlite", name)
 	}
-	if scheme != "" && dialects[scheme] != dialect {
+	dialect = db.dialect
+	if scheme != "" && openers[scheme].dialect.Name != dialect.Name {
 		return dialect, "", "", usagef("-dialect %s does not match the DSN's scheme %s", t.dialectName, scheme)
 	}
 	if !needDSN {
@@ -194,19 +210,20 @@ func (t *target) resolve(needDSN bool) (dialect sqlinbox.Dialect, driver, dsn st
 	if dsn == "" {
 		return dialect, "", "", usagef("no database: set -dsn or %s", dsnVar)
 	}
-	switch dialect {
-	case sqlinbox.Postgres:
-		return dialect, "pgx", dsn, nil
-	case sqlinbox.MySQL:
-		dsn = strings.TrimPrefix(dsn, "mysql://")
-		dsn = strings.TrimPrefix(dsn, "mariadb://")
-		if _, err := mysql.ParseDSN(dsn); err != nil {
-			return dialect, "", "", fmt.Errorf("bad MySQL DSN (want mysql://user:password@tcp(host:3306)/database): %w", err)
-		}
-		return dialect, "mysql", dsn, nil
-	default:
-		return dialect, "sqlite", sqliteDSN(dsn), nil
+	if dsn, err = db.dsn(dsn); err != nil {
+		return dialect, "", "", err
 	}
+	return dialect, db.driver, dsn, nil
+}
+
+// mysqlDSN turns mysql://DSN or mariadb://DSN into a go-sql-driver/mysql DSN.
+func mysqlDSN(dsn string) (string, error) {
+	dsn = strings.TrimPrefix(dsn, "mysql://")
+	dsn = strings.TrimPrefix(dsn, "mariadb://")
+	if _, err := mysql.ParseDSN(dsn); err != nil {
+		return "", fmt.Errorf("bad MySQL DSN (want mysql://user:password@tcp(host:3306)/database): %w", err)
+	}
+	return dsn, nil
 }
 
 // schemeOf returns the dialect a DSN's scheme names ("" if none or unknown).
@@ -266,7 +283,7 @@ func (t *target) open(ctx context.Context) (*sql.DB, sqlinbox.Dialect, error) {
 
 // checkTable fails with a clear message when the inbox table does not exist.
 func checkTable(ctx context.Context, db *sql.DB, dialect sqlinbox.Dialect, table string) error {
-	quoted, err := inbox.QuoteTableName(dialect.String(), table)
+	quoted, err := dialect.QuoteTable(table)
 	if err != nil {
 		return err
 	}

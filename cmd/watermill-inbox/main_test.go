@@ -160,7 +160,7 @@ func insert(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, table, consumer 
 	var args []any
 	for i := range n {
 		p1, p2 := "?", "?"
-		if dialect == sqlinbox.Postgres {
+		if dialect.Name == sqlinbox.Postgres.Name {
 			p1, p2 = fmt.Sprintf("$%d", 2*i+1), fmt.Sprintf("$%d", 2*i+2)
 		}
 		values = append(values, "("+p1+", "+p2+", "+age+")")

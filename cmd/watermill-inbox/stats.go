@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
@@ -34,7 +31,11 @@ func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := checkTable(ctx, db, dialect, t.table); err != nil {
 		return err
 	}
-	quoted, err := inbox.QuoteTableName(dialect.String(), t.table)
+	quoted, err := dialect.QuoteTable(t.table)
+	if err != nil {
+		return err
+	}
+	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: t.table})
 	if err != nil {
 		return err
 	}
@@ -67,10 +68,11 @@ func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("count claims: %w", err)
 	}
-	size, sizeNote, err := tableSize(ctx, db, dialect, t.table)
+	size, sizeNote, err := store.TableSize(ctx)
 	if err != nil {
-		return fmt.Errorf("table size: %w", err)
+		return err
 	}
+	sizeNote = ", " + sizeNote
 
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "table\t%s (%s)\n", t.table, dialect)
@@ -108,40 +110,6 @@ func formatTime(v any) string {
 		return "-"
 	default:
 		return fmt.Sprint(v)
-	}
-}
-
-// tableSize returns the bytes the table and its indexes take, and a note on what was measured.
-func tableSize(ctx context.Context, db *sql.DB, dialect sqlinbox.Dialect, table string) (int64, string, error) {
-	var size sql.NullInt64
-	switch dialect {
-	case sqlinbox.Postgres:
-		quoted, _ := inbox.QuoteTableName(dialect.String(), table)
-		err := db.QueryRowContext(ctx, "SELECT pg_total_relation_size($1::text::regclass)", quoted).Scan(&size)
-		return size.Int64, ", pg_total_relation_size", err
-	case sqlinbox.MySQL:
-		schema, name, qualified := strings.Cut(table, ".")
-		var schemaArg any
-		if qualified {
-			schemaArg = schema
-		} else {
-			name = table
-		}
-		err := db.QueryRowContext(ctx, "SELECT data_length + index_length FROM information_schema.tables "+
-			"WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?", schemaArg, name).Scan(&size)
-		return size.Int64, ", data_length + index_length: InnoDB's estimate", err
-	default:
-		// dbstat counts the pages of the table and its index; without it, the file's size.
-		name := table
-		if schema, rest, ok := strings.Cut(table, "."); ok && schema == "main" {
-			name = rest
-		}
-		err := db.QueryRowContext(ctx, "SELECT SUM(pgsize) FROM dbstat WHERE name IN (?, ?)", name, name+"_processed_at").Scan(&size)
-		if err == nil && size.Valid {
-			return size.Int64, ", dbstat", nil
-		}
-		err = db.QueryRowContext(ctx, "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()").Scan(&size)
-		return size.Int64, ", the whole database file: page_count * page_size", err
 	}
 }
 

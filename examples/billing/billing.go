@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // Topic is the topic the examples publish orders to and consume them from.
@@ -61,13 +62,22 @@ type Invoices struct {
 	table   string // quoted
 }
 
-// NewInvoices returns the invoice writer for table in dialect (inbox.DialectPostgres or
-// inbox.DialectSQLite). The table name is validated like the inbox's.
+// The databases NewInvoices writes to.
+const (
+	Postgres = "postgres"
+	SQLite   = "sqlite"
+)
+
+var dialects = map[string]sqlinbox.Dialect{Postgres: sqlinbox.Postgres, SQLite: sqlinbox.SQLite}
+
+// NewInvoices returns the invoice writer for table in dialect (Postgres or SQLite). The
+// table name is validated and quoted like the inbox's.
 func NewInvoices(dialect, table string) (*Invoices, error) {
-	if dialect != inbox.DialectPostgres && dialect != inbox.DialectSQLite {
+	d, ok := dialects[dialect]
+	if !ok {
 		return nil, fmt.Errorf("billing: dialect %q is not supported", dialect)
 	}
-	quoted, err := inbox.QuoteTableName(dialect, table)
+	quoted, err := d.QuoteTable(table)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +108,7 @@ func (i *Invoices) Handle(msg *message.Message) error {
 }
 
 func (i *Invoices) insertSQL() string {
-	if i.dialect == inbox.DialectSQLite {
+	if i.dialect == SQLite {
 		return "INSERT INTO " + i.table + " (order_id, amount_cents) VALUES (?, ?)"
 	}
 	return "INSERT INTO " + i.table + " (order_id, amount_cents) VALUES ($1, $2)"
@@ -106,7 +116,7 @@ func (i *Invoices) insertSQL() string {
 
 // CreateTableSQL returns the DDL of the invoice table.
 func (i *Invoices) CreateTableSQL() string {
-	if i.dialect == inbox.DialectSQLite {
+	if i.dialect == SQLite {
 		return `CREATE TABLE IF NOT EXISTS ` + i.table + ` (
 	id           INTEGER PRIMARY KEY AUTOINCREMENT,
 	order_id     TEXT NOT NULL,

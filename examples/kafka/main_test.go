@@ -90,7 +90,7 @@ func TestKafkaWithoutUUID(t *testing.T) {
 	invoiceTable, inboxTable := testenv.Name("invoices"), testenv.Name("inbox")
 	e2e.DropTable(t, pool, invoiceTable)
 	e2e.DropTable(t, pool, inboxTable)
-	invoices, err := billing.NewInvoices(inbox.DialectPostgres, invoiceTable)
+	invoices, err := billing.NewInvoices(billing.Postgres, invoiceTable)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,7 +157,7 @@ type System struct {
 // NewSystem picks random table and topic names; nothing exists yet. DropTables works from
 // here on, so a caller can schedule it before Build.
 func NewSystem() (*System, error) {
-	invoices, err := billing.NewInvoices(inbox.DialectPostgres, testenv.Name("invoices"))
+	invoices, err := billing.NewInvoices(billing.Postgres, testenv.Name("invoices"))
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +241,7 @@ func (s *System) Close() error {
 
 // DropTables drops every table the system creates, its own and watermill-sql's.
 func (s *System) DropTables(ctx context.Context, pool *pgxpool.Pool) error {
-	quotedInbox, err := inbox.QuoteTableName(inbox.DialectPostgres, s.InboxTable)
+	quotedInbox, err := sqlinbox.Postgres.QuoteTable(s.InboxTable)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/examples/billing"
 	"github.com/inboxkit/watermill-inbox/examples/internal/e2e"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // errPlanned is what a failing run returns after it has written its invoice and published its
@@ -374,7 +375,7 @@ func checkDatabase(t *testing.T, pool *pgxpool.Pool, s *System, p *probe, commit
 		fail("%d invoices for %d distinct orders, want one for each of %d orders", counts.Invoices, counts.Orders, orders)
 	}
 
-	quotedInbox, err := inbox.QuoteTableName(inbox.DialectPostgres, s.InboxTable)
+	quotedInbox, err := sqlinbox.Postgres.QuoteTable(s.InboxTable)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func run(ctx context.Context, dir string, orders int, out io.Writer) (result, er
 	if err := store.InitializeSchema(ctx); err != nil {
 		return result{}, err
 	}
-	invoices, err := billing.NewInvoices(inbox.DialectSQLite, "invoices")
+	invoices, err := billing.NewInvoices(billing.SQLite, "invoices")
 	if err != nil {
 		return result{}, err
 	}

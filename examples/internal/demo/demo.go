@@ -65,7 +65,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := store.InitializeSchema(ctx); err != nil {
 		return err
 	}
-	quotedInbox, err := inbox.QuoteTableName(inbox.DialectPostgres, inboxTable)
+	quotedInbox, err := sqlinbox.Postgres.QuoteTable(inboxTable)
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	// The business side: an invoice table and the handler that writes it.
-	invoices, err := billing.NewInvoices(inbox.DialectPostgres, testenv.Name("invoices"))
+	invoices, err := billing.NewInvoices(billing.Postgres, testenv.Name("invoices"))
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func Pool(t *testing.T) *pgxpool.Pool {
 // DropTable drops table when the test ends.
 func DropTable(t *testing.T, pool *pgxpool.Pool, table string) {
 	t.Helper()
-	quoted, err := inbox.QuoteTableName(inbox.DialectPostgres, table)
+	quoted, err := sqlinbox.Postgres.QuoteTable(table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func Run(t *testing.T, pool *pgxpool.Pool, s Scenario) Report {
 	ctx := t.Context()
 
 	invoiceTable, inboxTable := testenv.Name("invoices"), testenv.Name("inbox")
-	invoices, err := billing.NewInvoices(inbox.DialectPostgres, invoiceTable)
+	invoices, err := billing.NewInvoices(billing.Postgres, invoiceTable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func checkDatabase(t *testing.T, pool *pgxpool.Pool, invoices *billing.Invoices,
 		t.Errorf("%d invoices for %d distinct orders, want exactly one for each of %d orders",
 			counts.Invoices, counts.Orders, len(orders))
 	}
-	quoted, _ := inbox.QuoteTableName(inbox.DialectPostgres, inboxTable)
+	quoted, _ := sqlinbox.Postgres.QuoteTable(inboxTable)
 	rows, err := pool.Query(ctx, "SELECT message_id FROM "+quoted+" WHERE consumer = $1", Consumer)
 	if err != nil {
 		t.Fatal(err)

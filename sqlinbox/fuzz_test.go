@@ -1,4 +1,4 @@
-package inbox_test
+package sqlinbox_test
 
 import (
 	"errors"
@@ -6,17 +6,19 @@ import (
 	"testing"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // FuzzTableNameIsOnlyIdentifiers checks the one piece of text the inbox puts into SQL: a
 // table name that ValidateTableName accepts is one or two parts joined by a dot, each made of
 // [A-Za-z0-9_] only, 1-63 bytes, not starting with a digit; everything else is rejected with
-// ErrInvalidTableName. QuoteTableName and CreateTableSQL agree with ValidateTableName, and
-// quoting wraps each part in the dialect's quote without ever putting a quote inside a part.
+// ErrInvalidTableName. Each dialect's QuoteTable and SchemaSQL agree with ValidateTableName,
+// and quoting wraps each part in the dialect's quote without ever putting a quote inside a
+// part.
 //
 // Seeds are in testdata/fuzz/FuzzTableNameIsOnlyIdentifiers; run it with
 //
-//	go test -run '^$' -fuzz '^FuzzTableNameIsOnlyIdentifiers$' -fuzztime 10s .
+//	go test -run '^$' -fuzz '^FuzzTableNameIsOnlyIdentifiers$' -fuzztime 10s ./sqlinbox
 func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 	for _, seed := range []string{
 		"inbox", "billing.inbox", "_x", "A_b_9", "", ".", "a.b.c", "1inbox", `in"box`, "in`box",
@@ -25,7 +27,7 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		err := inbox.ValidateTableName(name)
+		err := sqlinbox.ValidateTableName(name)
 		want := referenceTableName(name)
 		if (err == nil) != want {
 			t.Fatalf("ValidateTableName(%q) = %v, but the reference rule says valid=%v", name, err, want)
@@ -34,20 +36,23 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 			t.Fatalf("ValidateTableName(%q) = %v, want an error wrapping ErrInvalidTableName", name, err)
 		}
 
-		for _, d := range []struct{ dialect, quote string }{
-			{inbox.DialectPostgres, `"`}, {inbox.DialectSQLite, `"`}, {inbox.DialectMySQL, "`"},
+		for _, d := range []struct {
+			dialect sqlinbox.Dialect
+			quote   string
+		}{
+			{sqlinbox.Postgres, `"`}, {sqlinbox.SQLite, `"`}, {sqlinbox.MySQL, "`"},
 		} {
-			quoted, qErr := inbox.QuoteTableName(d.dialect, name)
+			quoted, qErr := d.dialect.QuoteTable(name)
 			if (qErr == nil) != (err == nil) {
-				t.Fatalf("%s: QuoteTableName(%q) err = %v, ValidateTableName err = %v", d.dialect, name, qErr, err)
+				t.Fatalf("%s: QuoteTable(%q) err = %v, ValidateTableName err = %v", d.dialect, name, qErr, err)
 			}
-			ddl, dErr := inbox.CreateTableSQL(d.dialect, name)
+			ddl, dErr := sqlinbox.SchemaSQL(d.dialect, name)
 			if (dErr == nil) != (err == nil) {
-				t.Fatalf("%s: CreateTableSQL(%q) err = %v, ValidateTableName err = %v", d.dialect, name, dErr, err)
+				t.Fatalf("%s: SchemaSQL(%q) err = %v, ValidateTableName err = %v", d.dialect, name, dErr, err)
 			}
 			if err != nil {
 				if !errors.Is(qErr, inbox.ErrInvalidTableName) || !errors.Is(dErr, inbox.ErrInvalidTableName) {
-					t.Fatalf("%s: %q: QuoteTableName err = %v, CreateTableSQL err = %v, want ErrInvalidTableName",
+					t.Fatalf("%s: %q: QuoteTable err = %v, SchemaSQL err = %v, want ErrInvalidTableName",
 						d.dialect, name, qErr, dErr)
 				}
 				continue
@@ -55,7 +60,7 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 			parts := strings.Split(name, ".")
 			quotedParts := strings.Split(quoted, ".")
 			if len(quotedParts) != len(parts) {
-				t.Fatalf("%s: QuoteTableName(%q) = %q: %d parts, want %d", d.dialect, name, quoted, len(quotedParts), len(parts))
+				t.Fatalf("%s: QuoteTable(%q) = %q: %d parts, want %d", d.dialect, name, quoted, len(quotedParts), len(parts))
 			}
 			for i, qp := range quotedParts {
 				inner, ok := strings.CutPrefix(qp, d.quote)
@@ -63,14 +68,14 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 					inner, ok = strings.CutSuffix(inner, d.quote)
 				}
 				if !ok || inner != parts[i] {
-					t.Fatalf("%s: QuoteTableName(%q) = %q: part %q is not %s%s%s", d.dialect, name, quoted, qp, d.quote, parts[i], d.quote)
+					t.Fatalf("%s: QuoteTable(%q) = %q: part %q is not %s%s%s", d.dialect, name, quoted, qp, d.quote, parts[i], d.quote)
 				}
 				if strings.ContainsAny(inner, "\"`'") {
-					t.Fatalf("%s: QuoteTableName(%q) = %q: a quote inside part %q", d.dialect, name, quoted, inner)
+					t.Fatalf("%s: QuoteTable(%q) = %q: a quote inside part %q", d.dialect, name, quoted, inner)
 				}
 			}
 			if !strings.HasPrefix(ddl, "CREATE TABLE IF NOT EXISTS "+quoted+" (") {
-				t.Fatalf("%s: CreateTableSQL(%q) does not start with the quoted name %q: %.80q", d.dialect, name, quoted, ddl)
+				t.Fatalf("%s: SchemaSQL(%q) does not start with the quoted name %q: %.80q", d.dialect, name, quoted, ddl)
 			}
 		}
 	})

@@ -1,0 +1,126 @@
+package sqlinbox
+
+import (
+	"reflect"
+	"strings"
+	"time"
+)
+
+// MySQL is MySQL and MariaDB with InnoDB, through github.com/go-sql-driver/mysql. Set
+// interpolateParams=true in its DSN to save the prepare round trips of every statement.
+//
+// The claim is a plain INSERT: a duplicate fails with error 1062 on the key PRIMARY, which
+// InnoDB reports without ending the transaction, and the claim then reads the prior row. It
+// reads no affected-row count, so no DSN setting (clientFoundRows among them) changes what
+// a claim returns.
+var MySQL = Dialect{
+	Name:          "mysql",
+	ValidateTable: ValidateTableName,
+	QuoteIdentifier: func(identifier string) string {
+		return "`" + identifier + "`"
+	},
+	// VARBINARY key columns compare bytes exactly (the default collations would make "A"
+	// and "a" one key). The processed_at index is inside CREATE TABLE: MySQL has no CREATE
+	// INDEX IF NOT EXISTS.
+	Schema: func(t Table) []string {
+		return []string{render(`CREATE TABLE IF NOT EXISTS %s (
+	consumer     VARBINARY(255) NOT NULL,
+	message_id   VARBINARY(255) NOT NULL,
+	processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+	payload_hash VARBINARY(64),
+	produced     LONGBLOB,
+	PRIMARY KEY (consumer, message_id),
+	INDEX processed_at (processed_at)
+) ENGINE=InnoDB`, t)}
+	},
+
+	Insert:         "INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)",
+	Prior:          "SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?",
+	Record:         "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
+	IsDuplicateKey: mysqlDuplicateKey,
+
+	// Whole seconds, at least 1; a session setting, kept by the connection.
+	LockTimeout: func(timeout time.Duration) (string, []any) {
+		return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}
+	},
+
+	// The processed_at index gives the oldest rows; LIMIT bounds the batch.
+	Cleanup:    "DELETE FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
+	Expired:    "SELECT COUNT(*) FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND",
+	CleanupAge: func(olderThan time.Duration) any { return olderThan.Microseconds() },
+	// Named locks are server-wide: the name holds the database and the table, hashed to
+	// stay under the 64-character limit.
+	CleanupLock:   "SELECT GET_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))), 0)",
+	CleanupUnlock: "SELECT RELEASE_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))))",
+	CleanupLockKey: func(t Table) any {
+		if t.Schema != "" {
+			return t.Schema + "." + t.Name
+		}
+		return t.Name
+	},
+
+	TableSize: func(t Table) []SizeQuery {
+		var schema any
+		if t.Schema != "" {
+			schema = t.Schema
+		}
+		return []SizeQuery{{
+			SQL: "SELECT data_length + index_length FROM information_schema.tables " +
+				"WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
+			Args: []any{schema, t.Name},
+			Note: "data_length + index_length: InnoDB's estimate",
+		}}
+	},
+}
+
+// mysqlDuplicateKey recognises error 1062 (ER_DUP_ENTRY) on the key PRIMARY. MySQL ends its
+// message with "for key '<table>.PRIMARY'", MariaDB with "for key 'PRIMARY'"; the entry,
+// which holds the claimed key, comes before it, so only the end of the message is read.
+//
+// go-sql-driver/mysql returns a *MySQLError with the exported fields Number and Message. The
+// library reads those two fields by reflection, on each error in err's chain, so that it
+// imports no MySQL driver; another driver's errors need a dialect whose IsDuplicateKey reads
+// them (start from a copy of MySQL).
+func mysqlDuplicateKey(err error, t Table) bool {
+	for _, e := range errorChain(err) {
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			continue
+		}
+		number, message := v.FieldByName("Number"), v.FieldByName("Message")
+		if !number.IsValid() || !number.CanUint() || message.Kind() != reflect.String {
+			continue
+		}
+		if number.Uint() != 1062 {
+			return false
+		}
+		m := message.String()
+		return strings.HasSuffix(m, " for key 'PRIMARY'") || strings.HasSuffix(m, " for key '"+t.Name+".PRIMARY'")
+	}
+	return false
+}
+
+// errorChain returns err and every error it wraps, depth first.
+func errorChain(err error) []error {
+	var chain []error
+	var walk func(error)
+	walk = func(err error) {
+		if err == nil {
+			return
+		}
+		chain = append(chain, err)
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		}
+	}
+	walk(err)
+	return chain
+}

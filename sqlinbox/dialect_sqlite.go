@@ -1,0 +1,110 @@
+package sqlinbox
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"time"
+)
+
+// SQLite is SQLite 3.24 or later, through modernc.org/sqlite or github.com/mattn/go-sqlite3.
+// Open the database with a busy timeout (modernc.org/sqlite: _pragma=busy_timeout(5000)) so
+// concurrent writers wait for each other instead of failing with SQLITE_BUSY. The claim is
+// the transaction's first statement, so it takes the write lock at once; a duplicate fails
+// it with SQLITE_CONSTRAINT_PRIMARYKEY, which ends the statement but not the transaction.
+var SQLite = Dialect{
+	Name:          "sqlite",
+	ValidateTable: ValidateTableName,
+	QuoteIdentifier: func(identifier string) string {
+		return `"` + identifier + `"`
+	},
+	// SQLite puts the schema on the index's name rather than on its table.
+	Schema: func(t Table) []string {
+		return []string{
+			render(`CREATE TABLE IF NOT EXISTS %s (
+	consumer     TEXT NOT NULL,
+	message_id   TEXT NOT NULL,
+	processed_at TEXT NOT NULL DEFAULT (strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')),
+	payload_hash BLOB,
+	produced     BLOB,
+	PRIMARY KEY (consumer, message_id)
+) WITHOUT ROWID`, t),
+			`CREATE INDEX IF NOT EXISTS ` + sqliteIndex(t) + ` ON "` + t.Name + `" (processed_at)`,
+		}
+	},
+
+	Insert:         `INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)`,
+	Prior:          `SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?`,
+	Record:         `UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?`,
+	IsDuplicateKey: sqliteDuplicateKey,
+
+	// A pragma takes no parameters; the value is a number we format.
+	LockTimeout: func(timeout time.Duration) (string, []any) {
+		return "PRAGMA busy_timeout = " + strconv.FormatInt(max(timeout.Milliseconds(), 1), 10), nil
+	},
+
+	// The table is WITHOUT ROWID: delete by primary key. SQLite's single writer runs one
+	// batch at a time, so cleanups take no lock.
+	Cleanup: `DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`,
+	Expired: `SELECT COUNT(*) FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?)`,
+	// A date modifier such as "-3600.000000 seconds".
+	CleanupAge: func(olderThan time.Duration) any {
+		micros := olderThan.Microseconds()
+		return fmt.Sprintf("-%d.%06d seconds", micros/1e6, micros%1e6)
+	},
+
+	// dbstat counts the pages of the table and its index; without it (a build without
+	// SQLITE_ENABLE_DBSTAT_VTAB, or another schema than main), the file's size.
+	TableSize: func(t Table) []SizeQuery {
+		var sizes []SizeQuery
+		if t.Schema == "" || t.Schema == "main" {
+			sizes = append(sizes, SizeQuery{
+				SQL:  "SELECT SUM(pgsize) FROM dbstat WHERE name IN (?, ?)",
+				Args: []any{t.Name, indexName(t.Name)},
+				Note: "dbstat",
+			})
+		}
+		return append(sizes, SizeQuery{
+			SQL:  "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+			Note: "the whole database file: page_count * page_size",
+		})
+	},
+}
+
+// sqliteIndex is the processed_at index's name, qualified by the table's schema.
+func sqliteIndex(t Table) string {
+	index := `"` + indexName(t.Name) + `"`
+	if t.Schema != "" {
+		index = `"` + t.Schema + `".` + index
+	}
+	return index
+}
+
+// sqliteConstraintPrimaryKey is SQLITE_CONSTRAINT_PRIMARYKEY, the extended result code of a
+// primary key violation (a UNIQUE index gives SQLITE_CONSTRAINT_UNIQUE, 2067).
+const sqliteConstraintPrimaryKey = 1555
+
+// sqliteDuplicateKey recognises SQLITE_CONSTRAINT_PRIMARYKEY. modernc.org/sqlite's *Error
+// has a Code() int method that returns the extended code, found with errors.As;
+// mattn/go-sqlite3's Error has an exported ExtendedCode field, read by reflection, so that
+// the library imports no SQLite driver.
+func sqliteDuplicateKey(err error, _ Table) bool {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		return coded.Code() == sqliteConstraintPrimaryKey
+	}
+	for _, e := range errorChain(err) {
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			continue
+		}
+		if code := v.FieldByName("ExtendedCode"); code.IsValid() && code.CanInt() {
+			return code.Int() == sqliteConstraintPrimaryKey
+		}
+	}
+	return false
+}
