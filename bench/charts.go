@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"image/color"
 	"path/filepath"
-	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -12,159 +10,89 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// writeCharts writes a grouped bar chart of median throughput per scenario and database, and
-// the growth curve; it returns the files' names, relative to dir.
+// writeCharts writes, for the cost scenario on PostgreSQL and each worker count, throughput
+// and the ratio to business alone against the round-trip time; other scenarios have tables
+// only. It returns the files' names, relative to dir.
 func (r *report) writeCharts(dir string) ([]string, error) {
 	var files []string
-	type key struct{ scenario, db string }
-	var keys []key
-	for _, x := range r.rows {
-		k := key{x.scenario, x.db}
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	for _, k := range keys {
-		name := fmt.Sprintf("%s-%s-%s.png", r.opts.name, k.scenario, k.db)
-		if err := r.barChart(filepath.Join(dir, name), k.scenario, k.db); err != nil {
-			return nil, err
-		}
+	save := func(name string, p *plot.Plot) error {
 		files = append(files, name)
+		return p.Save(20*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, name))
 	}
-	if len(r.growth) > 0 {
-		name := r.opts.name + "-growth-curve.png"
-		if err := r.growthChart(filepath.Join(dir, name)); err != nil {
-			return nil, err
+	for _, w := range r.opts.workers {
+		for _, ratio := range []bool{false, true} {
+			if p, ok := r.rttChart(w, ratio); ok {
+				name := fmt.Sprintf("%s-cost-postgres-%dw.png", r.opts.name, w)
+				if ratio {
+					name = fmt.Sprintf("%s-cost-postgres-%dw-ratio.png", r.opts.name, w)
+				}
+				if err := save(name, p); err != nil {
+					return nil, err
+				}
+			}
 		}
-		files = append(files, name)
 	}
 	return files, nil
 }
 
-func (r *report) barChart(path, scenario, db string) error {
-	var variants []string
-	var workers []int
-	for _, x := range r.rows {
-		if x.scenario != scenario || x.db != db {
-			continue
-		}
-		if !slices.Contains(variants, x.variant) {
-			variants = append(variants, x.variant)
-		}
-		if !slices.Contains(workers, x.workers) {
-			workers = append(workers, x.workers)
-		}
-	}
+// rttChart plots each variant of the cost scenario on PostgreSQL at workers against the
+// measured round-trip time: its median throughput, or (ratio) its median ratio to business
+// alone with the rounds' min–max as error bars.
+func (r *report) rttChart(workers int, ratio bool) (*plot.Plot, bool) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s on %s: median throughput", chartTitles[scenario], db)
+	p.Title.Text = fmt.Sprintf("PostgreSQL, %d workers: median throughput against round-trip time", workers)
 	p.Y.Label.Text = "messages per second"
-	p.X.Label.Text = "concurrent workers"
+	if ratio {
+		p.Title.Text = fmt.Sprintf("PostgreSQL, %d workers: throughput ÷ business alone (median, min–max)", workers)
+		p.Y.Label.Text = "÷ business alone, same round"
+	}
+	p.X.Label.Text = "round-trip time (ms, measured)"
 	p.Legend.Top = true
-	p.Legend.Left = true
-	width := vg.Points(380 / float64(len(workers)*len(variants))) // the groups fill ~2/3 of the width
-	for i, v := range variants {
-		values := make(plotter.Values, len(workers))
-		for j, w := range workers {
-			if x, ok := r.findRow(scenario, db, w, v); ok {
-				values[j] = x.rate.med
-			}
-		}
-		bars, err := plotter.NewBarChart(values, width)
-		if err != nil {
-			return err
-		}
-		bars.LineStyle.Width = vg.Length(0)
-		bars.Color = plotutil.Color(i)
-		bars.Offset = width * vg.Length(float64(i)-float64(len(variants)-1)/2)
-		p.Add(bars)
-		p.Legend.Add(v, bars)
-	}
-	labels := make([]string, len(workers))
-	for j, w := range workers {
-		labels[j] = fmt.Sprint(w)
-	}
-	p.NominalX(labels...)
-	p.X.Min, p.X.Max = -0.6, float64(len(workers))-0.4 // room for the outer bars
-	p.Y.Min = 0
-	p.Y.Max *= 1.45 // room for the legend
-	p.Add(plotter.NewGrid())
-	return p.Save(20*vg.Centimeter, 12*vg.Centimeter, path)
-}
-
-var chartTitles = map[string]string{
-	"direct":   "Direct store",
-	"router":   "Watermill router (gochannel, K topics)",
-	"growth":   "Claims into a filled inbox",
-	"cleanup":  "Claims with and without a cleanup",
-	"produced": "Produced messages",
-}
-
-// growthChart plots, per kind of key and worker count, the median of the per-round ratios
-// of claims/s to the empty inbox's, with the rounds' min–max as error bars.
-func (r *report) growthChart(path string) error {
-	p := plot.New()
-	p.Title.Text = "Growth: claims/s relative to the empty inbox (median, min–max)"
-	p.X.Label.Text = "rows already in the inbox (millions)"
-	p.Y.Label.Text = "claims/s ÷ claims/s into the empty inbox"
-	p.Legend.Top = true
-	p.Legend.Left = true
-	type key struct {
-		ids     string
-		workers int
-	}
-	var keys []key
-	for _, g := range r.growth {
-		k := key{g.ids, g.workers}
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
-	}
-	ymax := 1.0
-	for _, k := range keys {
+	p.Legend.Left = ratio // throughput falls with the round trip, the ratios rise
+	xmax, any := 0.0, false
+	for i, v := range []string{vBusiness, vHand, vTx, vQueue, vWB} {
 		var pts errPoints
-		for _, g := range r.growth {
-			if g.ids != k.ids || g.workers != k.workers {
+		for _, d := range r.opts.delays {
+			x, ok := r.find("cost", "postgres", d, workers, v)
+			if !ok {
 				continue
 			}
-			pt := errPoint{x: float64(g.rows) / 1e6, y: 1}
-			if g.rows > 0 {
-				x, ok := r.findRow("growth", "postgres", g.workers, growthName(g.ids, g.rows))
-				if !ok {
-					continue
+			pt := errPoint{x: float64(x.rtt) / 1e6, y: x.rate.med}
+			if ratio {
+				pt = errPoint{x: pt.x, y: 1}
+				if x.baseline != "" {
+					pt.y, pt.lo, pt.hi = x.ratio.med, x.ratio.med-x.ratio.min, x.ratio.max-x.ratio.med
 				}
-				pt.y, pt.lo, pt.hi = x.ratio.med, x.ratio.med-x.ratio.min, x.ratio.max-x.ratio.med
-				ymax = max(ymax, x.ratio.max)
 			}
 			pts = append(pts, pt)
+			xmax = max(xmax, pt.x)
 		}
+		if len(pts) == 0 {
+			continue
+		}
+		any = true
 		line, points, err := plotter.NewLinePoints(pts)
 		if err != nil {
-			return err
+			return nil, false
 		}
-		c := plotutil.Color(slices.Index(r.opts.workers, k.workers))
-		line.Color, points.Color = c, c
+		line.Color, points.Color, points.Shape = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i)
 		line.Width = vg.Points(1.5)
-		if k.ids == "v4" {
-			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-			points.Shape = plotutil.Shape(1)
+		p.Add(line, points)
+		if ratio {
+			bars, err := plotter.NewYErrorBars(pts)
+			if err != nil {
+				return nil, false
+			}
+			bars.Color = plotutil.Color(i)
+			p.Add(bars)
 		}
-		bars, err := plotter.NewYErrorBars(pts)
-		if err != nil {
-			return err
-		}
-		bars.Color = c
-		p.Add(line, points, bars)
-		p.Legend.Add(fmt.Sprintf("%s keys, %d workers", k.ids, k.workers), line, points)
+		p.Legend.Add(v, line, points)
 	}
-	target := plotter.NewFunction(func(float64) float64 { return 0.8 })
-	target.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
-	target.Color = color.Gray{Y: 90}
-	p.Add(target)
-	p.Legend.Add("target 0.8", target)
+	p.X.Min, p.X.Max = 0, xmax*1.05
 	p.Y.Min = 0
-	p.Y.Max = ymax * 1.4
+	p.Y.Max *= 1.4 // room for the legend
 	p.Add(plotter.NewGrid())
-	return p.Save(20*vg.Centimeter, 12*vg.Centimeter, path)
+	return p, any
 }
 
 type errPoint struct{ x, y, lo, hi float64 }

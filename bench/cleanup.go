@@ -14,10 +14,9 @@ import (
 )
 
 const (
-	variantClaimsAlone   = "claims alone"
-	variantDuringCleanup = "claims during cleanup"
-	derivedCleanupRate   = "cleanup: rows deleted per second, claims running"
-	derivedCleanupAlone  = "cleanup: rows deleted per second, no claims (interleaved)"
+	vClaimsAlone   = "claims alone"
+	vDuringCleanup = "claims during cleanup"
+	dCleanupRate   = "cleanup: rows deleted per second, claims running"
 )
 
 // fillExpired fills an inbox table with $1 rows in $2 chunks of $3 rows; chunk j (0-based) is
@@ -29,15 +28,15 @@ SELECT $4, '00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'),
        now() - make_interval(days => ($2::bigint - g / $3::bigint)::int) - interval '1 hour', $5::bytea
 FROM generate_series(0, $1::bigint - 1) g`
 
-// runCleanup is scenario 4: the retention cleanup's speed, and what it does to claims into
+// runCleanup is the cleanup scenario: the retention cleanup's speed, and what it does to claims into
 // the same table meanwhile.
 func runCleanup(ctx context.Context, e *env, rep *report) error {
 	table, store, err := newPgxInbox(ctx, e, "bench_cleanup")
 	if err != nil {
 		return err
 	}
-	// Each round of each worker count deletes two chunks: one while claims run, one alone.
-	chunks := int64(2 * len(e.opts.workers) * e.opts.rounds)
+	// Each round of each worker count deletes a chunk while claims run.
+	chunks := int64(len(e.opts.workers) * e.opts.rounds)
 	chunk := e.opts.cleanChunk
 	hash := inbox.PayloadSHA256(message.NewMessage("", benchPayload))
 	log.Printf("cleanup: filling %d chunks of %s expired rows", chunks, humanRows(chunk))
@@ -76,13 +75,7 @@ func runCleanup(ctx context.Context, e *env, rep *report) error {
 			n, err := store.Cleanup(ctx, olderThan, sqlinbox.CleanupConfig{})
 			done <- outcome{n, time.Since(t0), err}
 		}()
-		var res roundResult
-		var err error
-		if workers > 0 {
-			res, err = runFor(ctx, workers, 0, stop, claim)
-		} else {
-			<-stop
-		}
+		res, err := runFor(ctx, workers, 0, stop, claim)
 		out := <-done
 		if err = errors.Join(err, out.err); err != nil {
 			return res, 0, err
@@ -95,36 +88,33 @@ func runCleanup(ctx context.Context, e *env, rep *report) error {
 
 	for _, workers := range e.opts.workers {
 		log.Printf("cleanup, %d workers", workers)
-		var withClaims, alone []float64
-		during := variant{name: variantDuringCleanup, run: func(ctx context.Context, workers int) (roundResult, error) {
+		var withClaims []float64
+		during := variant{name: vDuringCleanup, run: func(ctx context.Context, workers int) (roundResult, error) {
 			res, rate, err := cleanRound(ctx, workers)
 			withClaims = append(withClaims, rate)
 			return res, err
 		}}
-		cleanAlone := variant{name: "cleanup alone", run: func(ctx context.Context, _ int) (roundResult, error) {
-			res, rate, err := cleanRound(ctx, 0)
-			alone = append(alone, rate)
-			return res, err
-		}}
-		claimsAlone := timedVariant(variantClaimsAlone, e.opts.round, claim)
-		results, err := interleave(ctx, workers, e.opts.rounds, e.opts.round/4, []variant{claimsAlone, during, cleanAlone})
+		claimsAlone := timedVariant(vClaimsAlone, e.opts.round, claim)
+		results, err := interleave(ctx, workers, e.opts.rounds, e.opts.round/4, []variant{claimsAlone, during})
 		if err != nil {
 			return err
 		}
-		rep.add("cleanup", "postgres", workers, []string{variantClaimsAlone, variantDuringCleanup}, results[:2], 0)
-		rep.addDerived("cleanup", "postgres", workers, derivedCleanupRate, "", withClaims)
-		rep.addDerived("cleanup", "postgres", workers, derivedCleanupAlone, "", alone)
-		rep.addDerived("cleanup", "postgres", workers, "cleanup with claims ÷ cleanup alone (rows/s)", "", divide(withClaims, alone))
+		at := at{scenario: "cleanup", db: "postgres", workers: workers}
+		rep.add(at, []string{vClaimsAlone, vDuringCleanup}, results, 0)
+		rep.addDerived(at, dCleanupRate, withClaims)
 	}
 	return nil
 }
 
-func divide(a, b []float64) []float64 {
-	var out []float64
-	for i := range min(len(a), len(b)) {
-		if b[i] > 0 {
-			out = append(out, a[i]/b[i])
-		}
+// noopHandler does nothing: the inbox's claim and COMMIT are all a message costs.
+func noopHandler(*message.Message) ([]*message.Message, error) { return nil, nil }
+
+// newPgxInbox creates an inbox table under a random name and returns its store.
+func newPgxInbox(ctx context.Context, e *env, prefix string) (string, *sqlinbox.PgxStore, error) {
+	table := e.table("postgres", prefix)
+	store, err := sqlinbox.NewPgx(e.pg, sqlinbox.Config{Table: table})
+	if err != nil {
+		return "", nil, err
 	}
-	return out
+	return table, store, store.InitializeSchema(ctx)
 }

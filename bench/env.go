@@ -14,21 +14,44 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite"
 
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
 )
 
-// pgWrites counts writes to PostgreSQL sockets. pgx buffers a request (a batch too) and
-// flushes it with one write, so writes per message count its round trips.
-var pgWrites atomic.Int64
+// writes counts writes to database sockets (PostgreSQL and MySQL). Both drivers send a
+// request, and pgx a whole pipelined batch, with one write and then wait for the answer, so
+// writes per message are round trips per message. Variants run one at a time, so one
+// counter serves them all.
+var writes atomic.Int64
 
-// env holds the databases and what must be dropped at the end.
+func countingDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{conn}, nil
+}
+
+type countingConn struct{ net.Conn }
+
+func (c countingConn) Write(p []byte) (int, error) {
+	writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+func init() {
+	mysql.RegisterDialContext("tcp", func(ctx context.Context, addr string) (net.Conn, error) {
+		return countingDial(ctx, "tcp", addr)
+	})
+}
+
+// env holds the databases and what must be dropped and closed at the end.
 type env struct {
 	opts     options
-	pg       *pgxpool.Pool
+	pg       *pgxpool.Pool // straight to the server
 	pgInfo   string
 	mysql    *sql.DB // nil: not reachable or off
 	myInfo   string
@@ -36,14 +59,12 @@ type env struct {
 	liteInfo string
 	liteDir  string
 
-	mu     sync.Mutex
-	tables []ownedTable
+	mu      sync.Mutex
+	tables  []ownedTable
+	closers []func()
 }
 
-type ownedTable struct {
-	db   string // "postgres", "mysql", "sqlite"
-	name string
-}
+type ownedTable struct{ db, name string }
 
 func openEnv(ctx context.Context, o options) (_ *env, err error) {
 	e := &env{opts: o}
@@ -52,27 +73,25 @@ func openEnv(ctx context.Context, o options) (_ *env, err error) {
 			err = errors.Join(err, e.close())
 		}
 	}()
-	config, err := pgxpool.ParseConfig(o.postgres)
-	if err != nil {
-		return nil, fmt.Errorf("postgres URL: %w", err)
-	}
-	config.MaxConns = int32(slices.Max(o.workers) + 4) // + cleanup, fills, size queries
-	config.MinConns = 0
-	config.ConnConfig.DialFunc = countingDialer
-	if e.pg, err = pgxpool.NewWithConfig(ctx, config); err != nil {
-		return nil, err
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := e.pg.QueryRow(pingCtx, `SELECT version()`).Scan(&e.pgInfo); err != nil {
+	if e.pg, err = e.pgPool(ctx, 0); err != nil {
 		return nil, fmt.Errorf("PostgreSQL (required) at %s: %w", o.postgres, err)
 	}
-
+	if err := e.pg.QueryRow(ctx, `SELECT version()`).Scan(&e.pgInfo); err != nil {
+		return nil, err
+	}
 	if o.mysql != "off" && o.mysql != "" {
-		if db, info, err := openMySQL(ctx, o.mysql, slices.Max(o.workers)); err != nil {
+		if e.mysql, err = sql.Open("mysql", o.mysql); err != nil {
+			return nil, err
+		}
+		e.mysql.SetMaxOpenConns(slices.Max(o.workers) + 2)
+		e.mysql.SetMaxIdleConns(slices.Max(o.workers) + 2)
+		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := e.mysql.QueryRowContext(pingCtx, `SELECT VERSION()`).Scan(&e.myInfo)
+		cancel()
+		if err != nil {
 			log.Printf("MariaDB/MySQL skipped: %v", err)
-		} else {
-			e.mysql, e.myInfo = db, info
+			e.mysql.Close()
+			e.mysql = nil
 		}
 	}
 	if o.sqlite != "off" {
@@ -85,39 +104,73 @@ func openEnv(ctx context.Context, o options) (_ *env, err error) {
 		}
 		// One connection: SQLite has one writer; more connections only trade Go-side waiting
 		// for busy_timeout sleeps.
-		dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
-		db, err := sql.Open("sqlite", dsn)
-		if err != nil {
+		if e.sqlite, err = sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"); err != nil {
 			return nil, err
 		}
-		db.SetMaxOpenConns(1)
-		e.sqlite = db
-		if err := db.QueryRowContext(ctx, `SELECT 'SQLite ' || sqlite_version()`).Scan(&e.liteInfo); err != nil {
+		e.sqlite.SetMaxOpenConns(1)
+		if err := e.sqlite.QueryRowContext(ctx, `SELECT 'SQLite ' || sqlite_version()`).Scan(&e.liteInfo); err != nil {
 			return nil, fmt.Errorf("SQLite: %w", err)
 		}
-		e.liteInfo += " (modernc.org/sqlite, WAL, synchronous=FULL, one connection)"
+		e.liteInfo += " (modernc.org/sqlite, WAL, one connection)"
 	}
 	return e, nil
 }
 
-func openMySQL(ctx context.Context, dsn string, conns int) (*sql.DB, string, error) {
-	db, err := sql.Open("mysql", dsn)
+// pgPool opens a pool to PostgreSQL whose connections count their writes and, for
+// delay > 0, go through a delayProxy that delays each direction by delay.
+func (e *env) pgPool(ctx context.Context, delay time.Duration) (*pgxpool.Pool, error) {
+	config, err := pgxpool.ParseConfig(e.opts.postgres)
 	if err != nil {
-		return nil, "", err
+		return nil, fmt.Errorf("postgres URL: %w", err)
 	}
-	db.SetMaxOpenConns(conns + 2)
-	db.SetMaxIdleConns(conns + 2)
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var version string
-	if err := db.QueryRowContext(pingCtx, `SELECT VERSION()`).Scan(&version); err != nil {
-		db.Close()
-		return nil, "", err
+	config.MaxConns = int32(slices.Max(e.opts.workers) + 4) // + cleanup, fills, size queries
+	config.ConnConfig.DialFunc = countingDial
+	if delay > 0 {
+		target := net.JoinHostPort(config.ConnConfig.Host, fmt.Sprint(config.ConnConfig.Port))
+		proxy, err := startDelayProxy(target, delay)
+		if err != nil {
+			return nil, err
+		}
+		e.onClose(func() { proxy.Close() })
+		config.ConnConfig.DialFunc = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return countingDial(ctx, network, proxy.Addr())
+		}
 	}
-	return db, version, nil
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(pool.Close)
+	return pool, pool.Ping(ctx)
 }
 
-// table returns a new random table name on db, to be dropped by close.
+// rtt measures the median round trip of an empty query on one of pool's connections.
+func rtt(ctx context.Context, pool *pgxpool.Pool) (time.Duration, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	var times []time.Duration
+	for range 51 {
+		start := time.Now()
+		if err := conn.Conn().PgConn().Exec(ctx, ";").Close(); err != nil {
+			return 0, err
+		}
+		times = append(times, time.Since(start))
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}
+
+func (e *env) onClose(f func()) {
+	e.mu.Lock()
+	e.closers = append(e.closers, f)
+	e.mu.Unlock()
+}
+
+// table returns a new random table name on db ("postgres", "mysql", "sqlite"), to be
+// dropped by close.
 func (e *env) table(db, prefix string) string {
 	name := testenv.Name(prefix)
 	e.mu.Lock()
@@ -129,27 +182,21 @@ func (e *env) table(db, prefix string) string {
 // drop drops one table now (and forgets it).
 func (e *env) drop(ctx context.Context, db, name string) error {
 	e.mu.Lock()
-	e.tables = slices.DeleteFunc(e.tables, func(t ownedTable) bool { return t.db == db && t.name == name })
+	e.tables = slices.DeleteFunc(e.tables, func(t ownedTable) bool { return t == ownedTable{db, name} })
 	e.mu.Unlock()
-	return e.dropTable(ctx, ownedTable{db: db, name: name})
+	return e.dropTable(ctx, ownedTable{db, name})
 }
 
 func (e *env) dropTable(ctx context.Context, t ownedTable) error {
 	query := "DROP TABLE IF EXISTS " + t.name
 	var err error
-	switch t.db {
-	case "postgres":
-		if e.pg != nil {
-			_, err = e.pg.Exec(ctx, query)
-		}
-	case "mysql":
-		if e.mysql != nil {
-			_, err = e.mysql.ExecContext(ctx, query)
-		}
-	case "sqlite":
-		if e.sqlite != nil {
-			_, err = e.sqlite.ExecContext(ctx, query)
-		}
+	switch {
+	case t.db == "postgres" && e.pg != nil:
+		_, err = e.pg.Exec(ctx, query)
+	case t.db == "mysql" && e.mysql != nil:
+		_, err = e.mysql.ExecContext(ctx, query)
+	case t.db == "sqlite" && e.sqlite != nil:
+		_, err = e.sqlite.ExecContext(ctx, query)
 	}
 	if err != nil {
 		return fmt.Errorf("drop %s table %s: %w", t.db, t.name, err)
@@ -158,14 +205,14 @@ func (e *env) dropTable(ctx context.Context, t ownedTable) error {
 }
 
 // close drops every table still owned, with a context of its own (the run's may be
-// cancelled), and closes the databases.
+// cancelled), and closes the databases and proxies.
 func (e *env) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errs []error
 	e.mu.Lock()
-	tables := e.tables
-	e.tables = nil
+	tables, closers := e.tables, e.closers
+	e.tables, e.closers = nil, nil
 	e.mu.Unlock()
 	for _, t := range tables {
 		errs = append(errs, e.dropTable(ctx, t))
@@ -173,33 +220,16 @@ func (e *env) close() error {
 	if len(tables) > 0 {
 		log.Printf("dropped %d tables", len(tables))
 	}
-	if e.pg != nil {
-		e.pg.Close()
+	for _, f := range slices.Backward(closers) {
+		f()
 	}
-	if e.mysql != nil {
-		errs = append(errs, e.mysql.Close())
-	}
-	if e.sqlite != nil {
-		errs = append(errs, e.sqlite.Close())
+	for _, db := range []*sql.DB{e.mysql, e.sqlite} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
 	}
 	if e.liteDir != "" {
 		errs = append(errs, os.RemoveAll(e.liteDir))
 	}
 	return errors.Join(errs...)
-}
-
-func countingDialer(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: conn}, nil
-}
-
-type countingConn struct{ net.Conn }
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	pgWrites.Add(1)
-	return c.Conn.Write(p)
 }

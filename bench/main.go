@@ -1,13 +1,15 @@
-// Command bench measures what the inbox costs: the same business transaction with and without
-// the inbox, through a store directly and through a Watermill router, as the inbox grows, while
+// Command bench measures what the inbox costs a handler: the same business transaction
+// alone, in a hand-written inbox and in this inbox's modes, on PostgreSQL at several network
+// round-trip times (through a delaying TCP proxy in this process) and on MySQL/MariaDB and
+// SQLite; and, on PostgreSQL, through a Watermill router, as the inbox grows, while
 // retention cleans it up, and with produced messages. Every comparison runs its variants in
 // the same process, interleaved round by round, and is reported as a ratio with its spread.
 //
 // Run it from the repository root:
 //
-//	go run ./bench -out docs/benchmarks           # the full run, about 15 minutes
+//	go run ./bench -out docs/benchmarks           # the full run, about 10 minutes
 //	go run ./bench -quick -out /tmp/bench         # about 2 minutes
-//	go run ./bench -scenarios growth -growth-rows 0,1000000,10000000 -name growth-10m
+//	go run ./bench -scenarios cost -workers 8 -delays 250us
 //
 // It needs PostgreSQL (INBOX_TEST_POSTGRES_URL, default postgres://postgres@127.0.0.1:5432/test);
 // MariaDB/MySQL (INBOX_TEST_MYSQL_DSN) is used when it answers, SQLite always (a temporary
@@ -26,8 +28,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,36 +39,31 @@ import (
 
 // options are the command line.
 type options struct {
-	out        string
-	name       string
-	round      time.Duration
-	rounds     int
-	workers    []int
-	scenarios  []string
-	growthRows []int64
-	growthIDs  []string
-	cleanChunk int64
-	quick      bool
-	postgres   string
-	mysql      string
-	sqlite     string
-	charts     bool
-	whatIf     bool
-	rev        string
-	cpuProfile string
-	memProfile string
-	args       []string
+	out, name       string
+	round           time.Duration
+	rounds          int
+	workers         []int
+	delays          []time.Duration
+	scenarios       []string
+	cleanChunk      int64
+	postgres, mysql string
+	sqlite, rev     string
+	charts          bool
+	args            []string
 }
 
-var allScenarios = []string{"direct", "router", "growth", "cleanup", "produced"}
+// runners are the scenarios, in the order of a full run.
+var runners = []struct {
+	name string
+	run  func(context.Context, *env, *report) error
+}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}}
 
 func main() {
 	log.SetFlags(log.Ltime)
 	opts, err := parseFlags(os.Args[1:], os.Stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	} else if err != nil {
 		log.Fatal(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -80,116 +75,74 @@ func main() {
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
+	o := options{args: args}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.out, "out", "docs/benchmarks", "directory for the Markdown table and the PNG charts")
 	fs.StringVar(&o.name, "name", "results", "base name of the output files (<name>.md, <name>-*.png)")
 	fs.DurationVar(&o.round, "round", time.Second, "duration of one round of one variant")
 	fs.IntVar(&o.rounds, "rounds", 5, "interleaved rounds per comparison (at least 3)")
-	workers := fs.String("workers", "1,8,32", "concurrent workers, comma-separated")
-	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run, comma-separated: "+strings.Join(allScenarios, ", "))
-	growth := fs.String("growth-rows", "0,1000000", "rows already in the inbox for the growth scenario, comma-separated")
-	growthIDs := fs.String("growth-ids", "v4,v7", "kinds of keys for the growth scenario: v4 (random), v7 (time-ordered)")
+	workers := fs.String("workers", "8,32", "concurrent workers, comma-separated")
+	delays := fs.String("delays", "0,250us,1ms", "cost scenario: delay added to each direction between the benchmark and PostgreSQL, comma-separated; 0 is a straight connection")
+	names := make([]string, len(runners))
+	for i, r := range runners {
+		names[i] = r.name
+	}
+	scenarios := fs.String("scenarios", strings.Join(names, ","), "scenarios to run, comma-separated")
 	fs.Int64Var(&o.cleanChunk, "cleanup-rows", 200_000, "expired rows one cleanup round deletes")
-	fs.BoolVar(&o.quick, "quick", false, "short run (about 2 minutes): -round 250ms -rounds 3 -growth-rows 0,100000 -cleanup-rows 20000, unless set")
-	fs.StringVar(&o.postgres, "postgres", envOr(testenv.PostgresURLVar, testenv.DefaultPostgresURL), "PostgreSQL URL (required); default from "+testenv.PostgresURLVar)
-	fs.StringVar(&o.mysql, "mysql", envOr(testenv.MySQLDSNVar, testenv.DefaultMySQLDSN), "MariaDB/MySQL DSN, or \"off\"; skipped if it does not answer; default from "+testenv.MySQLDSNVar)
+	quick := fs.Bool("quick", false, "short run (about 2 minutes): -round 250ms -rounds 3 -cleanup-rows 20000, unless set")
+	fs.StringVar(&o.postgres, "postgres", envOr(testenv.PostgresURLVar, testenv.DefaultPostgresURL), "PostgreSQL URL (required)")
+	fs.StringVar(&o.mysql, "mysql", envOr(testenv.MySQLDSNVar, testenv.DefaultMySQLDSN), "MariaDB/MySQL DSN, or \"off\"; skipped if it does not answer")
 	fs.StringVar(&o.sqlite, "sqlite", "", "SQLite database file (default: a temporary file), or \"off\"")
 	fs.BoolVar(&o.charts, "charts", true, "write PNG charts")
-	fs.StringVar(&o.rev, "rev", "", "the library revision to name in the report (default: git rev-parse of the working tree, if any)")
-	fs.BoolVar(&o.whatIf, "whatif", false, "direct scenario on PostgreSQL: add two variants that are not the library (bench/whatif.go): the write-behind commit with the batch's COMMIT spelled \"commit\" and \"COMMIT\"")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
-	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
+	fs.StringVar(&o.rev, "rev", libraryRevision(), "the library revision to name in the report")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if o.quick {
-		if !set["round"] {
-			o.round = 250 * time.Millisecond
-		}
-		if !set["rounds"] {
-			o.rounds = 3
-		}
-		if !set["growth-rows"] {
-			*growth = "0,100000"
-		}
-		if !set["cleanup-rows"] {
-			o.cleanChunk = 20_000
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, value := range map[string]string{"round": "250ms", "rounds": "3", "cleanup-rows": "20000"} {
+			if !set[name] {
+				_ = fs.Set(name, value)
+			}
 		}
 	}
 	var err error
-	if o.workers, err = parseInts(*workers); err != nil {
-		return o, fmt.Errorf("-workers: %w", err)
+	positive := func(n int) bool { return n > 0 }
+	if o.workers, err = list("-workers", *workers, strconv.Atoi, positive); err != nil {
+		return o, err
 	}
-	for _, w := range o.workers {
-		if w < 1 {
-			return o, fmt.Errorf("-workers: %d is not a worker count", w)
+	if o.delays, err = list("-delays", *delays, time.ParseDuration, func(d time.Duration) bool { return d >= 0 }); err != nil {
+		return o, err
+	}
+	o.scenarios = strings.Split(*scenarios, ",")
+	for _, s := range o.scenarios {
+		if !slices.Contains(names, s) {
+			return o, fmt.Errorf("-scenarios: unknown scenario %q", s)
 		}
 	}
-	rows, err := parseInts(*growth)
-	if err != nil {
-		return o, fmt.Errorf("-growth-rows: %w", err)
-	}
-	for _, r := range rows {
-		o.growthRows = append(o.growthRows, int64(r))
-	}
-	slices.Sort(o.growthRows)
-	o.growthRows = slices.Compact(o.growthRows)
-	if len(o.growthRows) == 0 || o.growthRows[0] != 0 {
-		o.growthRows = append([]int64{0}, o.growthRows...) // the empty inbox is the baseline
-	}
-	for _, k := range strings.Split(*growthIDs, ",") {
-		if k = strings.TrimSpace(k); k == "" {
-			continue
-		}
-		if _, ok := keyKinds[k]; !ok {
-			return o, fmt.Errorf("-growth-ids: unknown kind %q (have v4, v7)", k)
-		}
-		o.growthIDs = append(o.growthIDs, k)
-	}
-	for _, s := range strings.Split(*scenarios, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		if !slices.Contains(allScenarios, s) {
-			return o, fmt.Errorf("-scenarios: unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
-		}
-		o.scenarios = append(o.scenarios, s)
-	}
-	if o.rounds < 3 {
-		return o, fmt.Errorf("-rounds %d: want at least 3", o.rounds)
-	}
-	if o.round <= 0 || o.cleanChunk <= 0 {
-		return o, errors.New("-round and -cleanup-rows must be positive")
-	}
-	o.args = args
-	if o.rev == "" {
-		o.rev = libraryRevision()
+	if o.rounds < 3 || o.round <= 0 || o.cleanChunk <= 0 {
+		return o, errors.New("want -rounds at least 3, -round and -cleanup-rows positive")
 	}
 	return o, nil
 }
 
-func parseInts(s string) ([]int, error) {
-	var out []int
+// list parses a comma-separated flag value into sorted, distinct values that pass ok.
+func list[T interface{ ~int | ~int64 }](flagName, s string, parse func(string) (T, error), ok func(T) bool) ([]T, error) {
+	var out []T
 	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
+		v, err := parse(strings.TrimSpace(f))
+		if err != nil || !ok(v) {
+			return nil, fmt.Errorf("%s: bad value %q", flagName, f)
 		}
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
+		out = append(out, v)
 	}
-	return out, nil
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 func envOr(variable, fallback string) string {
@@ -203,62 +156,21 @@ func envOr(variable, fallback string) string {
 // the Markdown table also to stdout.
 func run(ctx context.Context, o options, stdout io.Writer) (err error) {
 	started := time.Now()
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			f.Close()
-		}()
-	}
 	env, err := openEnv(ctx, o)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if dropErr := env.close(); dropErr != nil {
-			err = errors.Join(err, dropErr)
-		}
-	}()
-
+	defer func() { err = errors.Join(err, env.close()) }()
 	rep := &report{opts: o, env: env}
-	for _, s := range o.scenarios {
-		log.Printf("scenario %s", s)
-		var err error
-		switch s {
-		case "direct":
-			err = runDirect(ctx, env, rep)
-		case "router":
-			err = runRouter(ctx, env, rep)
-		case "growth":
-			err = runGrowth(ctx, env, rep)
-		case "cleanup":
-			err = runCleanup(ctx, env, rep)
-		case "produced":
-			err = runProduced(ctx, env, rep)
-		}
-		if err != nil {
-			return fmt.Errorf("scenario %s: %w", s, err)
+	for _, r := range runners {
+		if slices.Contains(o.scenarios, r.name) {
+			log.Printf("scenario %s", r.name)
+			if err := r.run(ctx, env, rep); err != nil {
+				return fmt.Errorf("scenario %s: %w", r.name, err)
+			}
 		}
 	}
 	rep.elapsed = time.Since(started)
-
-	if o.memProfile != "" {
-		f, err := os.Create(o.memProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-			f.Close()
-			return err
-		}
-		f.Close()
-	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
@@ -286,12 +198,9 @@ func libraryRevision() string {
 		return "unknown"
 	}
 	rev := strings.TrimSpace(string(out))
-	status, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)bench", ":(exclude,top)docs", ":(exclude,top)go.work", ":(exclude,top)go.work.sum").Output()
+	status, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)bench", ":(exclude,top)docs").Output()
 	if err == nil && len(strings.TrimSpace(string(status))) > 0 {
 		rev += " + uncommitted changes"
 	}
 	return rev
 }
-
-// goVersion is runtime.Version, kept here so that the report can name it.
-var goVersion = runtime.Version()

@@ -19,9 +19,7 @@ type roundResult struct {
 	msgs    int64
 	elapsed time.Duration
 	allocs  uint64 // heap allocations in this process during the round
-	bytes   uint64 // heap bytes allocated in this process during the round
-	writes  int64  // writes to PostgreSQL sockets: pgx flushes a request with one write
-	extra   float64
+	writes  int64  // writes to database sockets: round trips
 }
 
 func (r roundResult) rate() float64 {
@@ -38,9 +36,6 @@ type variant struct {
 	op op
 	// run runs one round at the given concurrency.
 	run func(ctx context.Context, workers int) (roundResult, error)
-	// check, if set, runs after each round (e.g. to assert that the handler ran as often as
-	// it should have).
-	check func(r roundResult) error
 }
 
 // timedVariant runs o with workers goroutines for d per round.
@@ -65,7 +60,7 @@ func runFor(ctx context.Context, workers int, d time.Duration, stop <-chan struc
 	)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	w0 := pgWrites.Load()
+	w0 := writes.Load()
 	start := time.Now()
 	for w := range workers {
 		wg.Add(1)
@@ -96,7 +91,7 @@ func runFor(ctx context.Context, workers int, d time.Duration, stop <-chan struc
 	done.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
-	w1 := pgWrites.Load()
+	w1 := writes.Load()
 	runtime.ReadMemStats(&after)
 	if firstErr != nil {
 		return roundResult{}, firstErr
@@ -108,7 +103,6 @@ func runFor(ctx context.Context, workers int, d time.Duration, stop <-chan struc
 		msgs:    count.Load(),
 		elapsed: elapsed,
 		allocs:  after.Mallocs - before.Mallocs,
-		bytes:   after.TotalAlloc - before.TotalAlloc,
 		writes:  w1 - w0,
 	}, nil
 }
@@ -143,11 +137,6 @@ func interleave(ctx context.Context, workers, rounds int, warm time.Duration, va
 			if err != nil {
 				return nil, fmt.Errorf("%s, %d workers, round %d: %w", v.name, workers, r+1, err)
 			}
-			if v.check != nil {
-				if err := v.check(res); err != nil {
-					return nil, fmt.Errorf("%s, %d workers, round %d: %w", v.name, workers, r+1, err)
-				}
-			}
 			results[i] = append(results[i], res)
 		}
 	}
@@ -156,8 +145,8 @@ func interleave(ctx context.Context, workers, rounds int, warm time.Duration, va
 
 // spread is a median with the range and quartiles of a sample.
 type spread struct {
-	med, min, max, q1, q3 float64
-	n                     int
+	med, min, max float64
+	n             int
 }
 
 func spreadOf(xs []float64) spread {
@@ -166,7 +155,7 @@ func spreadOf(xs []float64) spread {
 	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	return spread{med: quantile(s, 0.5), min: s[0], max: s[len(s)-1], q1: quantile(s, 0.25), q3: quantile(s, 0.75), n: len(s)}
+	return spread{med: quantile(s, 0.5), min: s[0], max: s[len(s)-1], n: len(s)}
 }
 
 // quantile returns the q-quantile of sorted, interpolating between neighbours.

@@ -2,40 +2,40 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
 
-// row is one variant of one comparison at one worker count.
-type row struct {
+// at says where a figure was measured.
+type at struct {
 	scenario, db string
+	delay        time.Duration // added each way by the delay proxy
+	rtt          time.Duration // measured round trip; 0: not measured
 	workers      int
-	variant      string
-	baseline     string // the variant the ratio is to; "" for the baseline itself
-	rate         spread // messages (or claims) per second, over the rounds
-	ratio        spread // rate / baseline's rate, per round
-	allocs       float64
-	kib          float64
-	writes       float64 // PostgreSQL socket writes per message; < 0: not PostgreSQL
+}
+
+// row is one variant of one comparison.
+type row struct {
+	at
+	variant  string
+	baseline string // the variant the ratio is to; "" for the baseline itself
+	rate     spread // messages per second, over the rounds
+	ratio    spread // rate ÷ the baseline's rate, per round
+	allocs   float64
+	trips    float64 // socket writes (round trips) per message; < 0: not counted
 }
 
 // derived is a figure computed from a comparison's rounds, other than a ratio to its baseline.
 type derived struct {
-	scenario, db string
-	workers      int
-	name         string
-	s            spread
-	unit         string
+	at
+	name string
+	s    spread
+	unit string
 }
 
-type growthPoint struct {
-	ids     string
-	rows    int64
-	workers int
-	rate    spread
-}
+const dWBvsHand = "WriteBehind ÷ hand-written inbox"
 
 type report struct {
 	opts    options
@@ -44,7 +44,6 @@ type report struct {
 	rows    []row
 	derived []derived
 	notes   map[string][]string
-	growth  []growthPoint
 }
 
 func (r *report) note(scenario, format string, args ...any) {
@@ -55,17 +54,12 @@ func (r *report) note(scenario, format string, args ...any) {
 }
 
 // add records a comparison: names[i] ran results[i]; names[base] is the baseline.
-func (r *report) add(scenario, db string, workers int, names []string, results [][]roundResult, base int) {
+func (r *report) add(a at, names []string, results [][]roundResult, base int) {
 	for i, name := range names {
-		rw := row{
-			scenario: scenario, db: db, workers: workers, variant: name,
-			rate:   spreadOf(rates(results[i])),
-			allocs: perMsg(results[i], func(x roundResult) float64 { return float64(x.allocs) }),
-			kib:    perMsg(results[i], func(x roundResult) float64 { return float64(x.bytes) / 1024 }),
-			writes: -1,
-		}
-		if db == "postgres" {
-			rw.writes = perMsg(results[i], func(x roundResult) float64 { return float64(x.writes) })
+		rw := row{at: a, variant: name, rate: spreadOf(rates(results[i])), trips: -1,
+			allocs: perMsg(results[i], func(x roundResult) float64 { return float64(x.allocs) })}
+		if a.db != "sqlite" {
+			rw.trips = perMsg(results[i], func(x roundResult) float64 { return float64(x.writes) })
 		}
 		if i != base {
 			rw.baseline = names[base]
@@ -75,151 +69,132 @@ func (r *report) add(scenario, db string, workers int, names []string, results [
 	}
 }
 
-func (r *report) addDerived(scenario, db string, workers int, name, unit string, xs []float64) {
-	r.derived = append(r.derived, derived{scenario: scenario, db: db, workers: workers, name: name, unit: unit, s: spreadOf(xs)})
+func (r *report) addDerived(a at, name string, xs []float64) {
+	r.addDerivedUnit(a, name, "", xs)
 }
 
-func (r *report) findRow(scenario, db string, workers int, variant string) (row, bool) {
+func (r *report) addDerivedUnit(a at, name, unit string, xs []float64) {
+	r.derived = append(r.derived, derived{at: a, name: name, unit: unit, s: spreadOf(xs)})
+}
+
+func (r *report) find(scenario, db string, delay time.Duration, workers int, variant string) (row, bool) {
 	for _, x := range r.rows {
-		if x.scenario == scenario && x.db == db && x.workers == workers && x.variant == variant {
+		if x.scenario == scenario && x.db == db && x.delay == delay && x.workers == workers && x.variant == variant {
 			return x, true
 		}
 	}
 	return row{}, false
 }
 
-func (r *report) findDerived(scenario, db string, workers int, name string) (derived, bool) {
+func (r *report) findDerived(scenario string, delay time.Duration, workers int, name string) (derived, bool) {
 	for _, x := range r.derived {
-		if x.scenario == scenario && x.db == db && x.workers == workers && x.name == name {
+		if x.scenario == scenario && x.db == "postgres" && x.delay == delay && x.workers == workers && x.name == name {
 			return x, true
 		}
 	}
 	return derived{}, false
 }
 
-var scenarioTitles = map[string]string{
-	"direct":   "1. Direct store: business transaction with and without the inbox",
-	"router":   "2. Through a Watermill router (gochannel)",
-	"growth":   "3. Growth: claims with rows already in the inbox",
-	"cleanup":  "4. Cleanup: retention while claims run",
-	"produced": "5. Produced messages: 1 output vs 0",
+var scenarios = []struct{ name, title, description string }{
+	{"cost", "1. What the inbox costs a handler, at network round-trip times",
+		"Each message is one business transaction that INSERTs one invoice row, called by N workers with no router. " +
+			"PostgreSQL is reached straight (loopback) and through a TCP proxy in this process that delays each direction " +
+			"(0.25 ms each way: a 0.5 ms round trip, as between hosts in one data centre); *RTT* is the measured median round trip of an empty query. " +
+			"*business alone*: BEGIN; INSERT; COMMIT, no inbox. " +
+			"*hand-written inbox*: what a team writes without a library: BEGIN; INSERT INTO inbox ... ON CONFLICT DO NOTHING RETURNING 1; INSERT; COMMIT " +
+			"(MySQL: INSERT IGNORE, SQLite: ON CONFLICT DO NOTHING, both reading the affected rows), into a table of the same shape as the library's. " +
+			"*inbox, TxFromContext*: the middleware claims, the handler INSERTs through `inbox.TxFromContext`. " +
+			"*inbox, Queue*: the handler queues the INSERT with `inbox.Queue`; it travels with COMMIT. " +
+			"*inbox, WriteBehind*: `inbox.Config{WriteBehind: true}`; the handler runs first and queues the INSERT, and on pgx BEGIN, the claim, the INSERT and COMMIT go in one batch. " +
+			"*inbox, duplicates only*: every message's key is already committed (the WriteBehind handler where there is one); the handler must not run. " +
+			"Ratios are to *business alone* in the same round. Round trips are writes to the database's socket per message."},
+	{"router", "2. Through a Watermill router (gochannel)",
+		"K workers = K topics with one handler each (gochannel with `BlockPublishUntilSubscriberAck` has one message per topic in flight). " +
+			"Every handler runs the same business INSERT. *no dedup*: the handler's own transaction. *Deduplicator (memory)*: Watermill's " +
+			"`middleware.Deduplicator` keyed by UUID with its in-memory repository, not durable. *inbox*: this middleware, INSERT through `TxFromContext`. Loopback."},
+	{"cleanup", "3. Cleanup: retention while claims run",
+		"An inbox filled with expired rows in chunks of different ages; each round `PgxStore.Cleanup` deletes one chunk while the workers claim " +
+			"into the same table, against the same claims alone, interleaved. Loopback."},
+	{"produced", "4. Produced messages: 1 output vs 0",
+		"The handler INSERTs through `TxFromContext` and returns 0 or 1 message (100 bytes, two metadata entries), recorded with the claim. Loopback."},
 }
 
-var scenarioDescriptions = map[string]string{
-	"direct": "Each message is one business transaction that INSERTs one invoice row. " +
-		"*business only*: BEGIN; INSERT; COMMIT through the pool, no inbox. " +
-		"*inbox*: the inbox middleware claims the message, the handler INSERTs through `inbox.TxFromContext`. " +
-		"*inbox + Queue*: the handler queues the INSERT with `inbox.Queue` (write-behind). " +
-		"*inbox, half duplicates*: every other message has a key that is already committed. " +
-		"*inbox, duplicates only*: every message is a duplicate; the handler never runs. " +
-		"The middleware is called directly (no router), with a fixed consumer name. " +
-		"Ratios are to *business only*, per round.",
-	"router": "K workers = K topics with one handler each: gochannel with `BlockPublishUntilSubscriberAck` lets one " +
-		"message per topic be in flight, so K publishers (one per topic, each blocked until the ack) give K-way concurrency. " +
-		"Every handler runs the same business INSERT. *no dedup*: the handler begins and commits its own transaction. " +
-		"*Deduplicator (memory)*: Watermill's `middleware.Deduplicator` with a UUID key " +
-		"(its default key is an Adler-32 of the payload) and the in-memory repository: not durable, the reference for what dedup can cost. " +
-		"*inbox*: this middleware, the handler INSERTs through `inbox.TxFromContext`. Ratios are to *no dedup*.",
-	"growth": "Claims (inbox middleware, handler does nothing: claim + COMMIT) into an inbox that already holds N rows of the same consumer, " +
-		"filled with one `INSERT ... SELECT generate_series` and then `VACUUM ANALYZE`d. *v4*: random keys (`uuid.NewString`); " +
-		"*v7*: time-ordered keys (`uuid.NewV7`), the filled rows being older v7-shaped ids. " +
-		"Ratios are to the empty inbox with the same kind of key, interleaved in the same run.",
-	"cleanup": "An inbox filled with expired rows in chunks of different ages; each round, `PgxStore.Cleanup` " +
-		"(default batches of 10,000 rows) deletes one chunk while the workers claim new messages (claim + COMMIT, no business write) " +
-		"into the same table. *claims alone* runs the same claims for one round without a cleanup, interleaved. " +
-		"A third variant, interleaved too, deletes a chunk with no claims running. " +
-		"Rows/s is the chunk divided by the cleanup's wall time.",
-	"produced": "The inbox handler INSERTs one invoice and returns 0 or 1 message (a 100-byte payload, two metadata entries); " +
-		"with 1, the middleware records it with the claim (an UPDATE sent in the COMMIT batch on pgx). " +
-		"Called directly, so nothing is published: this is what recording costs.",
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// where names a database and its distance: "postgres, RTT 0.56 ms (+0.25 ms each way)".
+func (a at) where() string {
+	switch {
+	case a.delay > 0:
+		return fmt.Sprintf("%s, RTT %s (+%s each way)", a.db, ms(a.rtt), ms(a.delay))
+	case a.rtt > 0:
+		return fmt.Sprintf("%s, loopback, RTT %s", a.db, ms(a.rtt))
+	}
+	return a.db
 }
 
 func (r *report) markdown(charts []string) string {
 	var b strings.Builder
-	o := r.opts
-	fmt.Fprintf(&b, "# Inbox benchmark results\n\n")
-	fmt.Fprintf(&b, "Generated %s by\n\n```\ngo run ./bench %s\n```\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.Join(o.args, " "))
-	fmt.Fprintf(&b, "| machine | |\n| --- | --- |\n")
-	fmt.Fprintf(&b, "| CPU | %d × %s |\n", runtime.NumCPU(), cpuModel())
-	fmt.Fprintf(&b, "| memory | %s |\n", memTotal())
-	fmt.Fprintf(&b, "| library | %s |\n", o.rev)
-	fmt.Fprintf(&b, "| Go | %s %s/%s |\n", goVersion, runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(&b, "| PostgreSQL | %s |\n", r.env.pgInfo)
-	if r.env.mysql != nil {
-		fmt.Fprintf(&b, "| MariaDB/MySQL | %s |\n", r.env.myInfo)
+	o, e := r.opts, r.env
+	fmt.Fprintf(&b, "# Inbox benchmark results\n\nGenerated %s by\n\n```\ngo run ./bench %s\n```\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.Join(o.args, " "))
+	fmt.Fprintf(&b, "| | |\n| --- | --- |\n| machine | %d cores, shared with other jobs |\n| library | %s |\n| Go | %s |\n| PostgreSQL | %s |\n",
+		runtime.NumCPU(), o.rev, runtime.Version(), e.pgInfo)
+	if e.mysql != nil {
+		fmt.Fprintf(&b, "| MariaDB/MySQL | %s |\n", e.myInfo)
 	}
-	if r.env.sqlite != nil {
-		fmt.Fprintf(&b, "| SQLite | %s |\n", r.env.liteInfo)
+	if e.sqlite != nil {
+		fmt.Fprintf(&b, "| SQLite | %s |\n", e.liteInfo)
 	}
-	fmt.Fprintf(&b, "| rounds | %d interleaved rounds of %s per variant, mirrored order |\n", o.rounds, o.round)
-	fmt.Fprintf(&b, "| run time | %s |\n\n", r.elapsed.Round(time.Second))
-	b.WriteString("The machine is shared with other jobs, so absolute throughput drifts; the ratios, " +
-		"taken per round between variants that ran seconds apart, are the figures to read. " +
-		"*ratio* is the median over the rounds of (variant's msgs/s ÷ baseline's msgs/s in the same round), " +
-		"with the minimum and maximum in brackets. allocs/msg and KiB/msg count this Go process only " +
-		"(benchmark driver included); PG writes/msg counts writes to PostgreSQL sockets, which is the " +
-		"number of round trips (pgx sends a request or a pipelined batch with one write).\n\n")
-
+	fmt.Fprintf(&b, "| rounds | %d interleaved rounds of %s per variant, mirrored order |\n| run time | %s |\n\n",
+		o.rounds, o.round, r.elapsed.Round(time.Second))
+	b.WriteString("Absolute throughput on a shared machine drifts; the ratios, taken per round between variants that ran " +
+		"seconds apart, are the figures to read: the median over the rounds with the minimum and maximum in brackets. " +
+		"allocs/msg counts this Go process (benchmark driver and delay proxy included).\n\n")
 	if t := r.targets(); t != "" {
-		b.WriteString("## Targets (PostgreSQL, 8 workers)\n\n")
-		b.WriteString(t)
-		b.WriteString("\n")
+		b.WriteString("## Targets (PostgreSQL, 8 workers)\n\n" + t + "\n")
 	}
-
-	for _, s := range allScenarios {
-		var rows []row
-		for _, x := range r.rows {
-			if x.scenario == s {
-				rows = append(rows, x)
-			}
-		}
-		var ders []derived
-		for _, x := range r.derived {
-			if x.scenario == s {
-				ders = append(ders, x)
-			}
-		}
-		if len(rows) == 0 && len(ders) == 0 && len(r.notes[s]) == 0 {
+	for _, s := range scenarios {
+		rows := slices.DeleteFunc(slices.Clone(r.rows), func(x row) bool { return x.scenario != s.name })
+		ders := slices.DeleteFunc(slices.Clone(r.derived), func(x derived) bool { return x.scenario != s.name })
+		if len(rows) == 0 && len(ders) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "## %s\n\n%s\n\n", scenarioTitles[s], scenarioDescriptions[s])
+		fmt.Fprintf(&b, "## %s\n\n%s\n\n", s.title, s.description)
+		if s.name == "cost" {
+			for _, w := range o.workers {
+				b.WriteString(r.costSummary(w))
+			}
+		}
 		if len(rows) > 0 {
-			b.WriteString("| DB | workers | variant | msgs/s (median) | ratio [min–max] | allocs/msg | KiB/msg | PG writes/msg |\n")
-			b.WriteString("| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |\n")
+			b.WriteString("| where | workers | variant | msgs/s (median) | ÷ baseline [min–max] | round trips/msg | allocs/msg |\n| --- | ---: | --- | ---: | --- | ---: | ---: |\n")
 			for _, x := range rows {
-				ratio := "baseline"
+				ratio, trips := "baseline", "–"
 				if x.baseline != "" {
 					ratio = fmt.Sprintf("**%.2f** [%.2f–%.2f]", x.ratio.med, x.ratio.min, x.ratio.max)
 				}
-				writes := "–"
-				if x.writes >= 0 {
-					writes = fmt.Sprintf("%.2f", x.writes)
+				if x.trips >= 0 {
+					trips = fmt.Sprintf("%.2f", x.trips)
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %.0f | %.1f | %s |\n",
-					x.db, x.workers, x.variant, x.rate.med, ratio, x.allocs, x.kib, writes)
+				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %s | %.0f |\n", x.where(), x.workers, x.variant, x.rate.med, ratio, trips, x.allocs)
 			}
 			b.WriteString("\n")
 		}
 		if len(ders) > 0 {
-			b.WriteString("| DB | workers | measure | median | min–max | IQR |\n| --- | ---: | --- | ---: | --- | --- |\n")
+			b.WriteString("| where | workers | measure | median [min–max] |\n| --- | ---: | --- | --- |\n")
 			for _, x := range ders {
 				f := "%.2f"
 				if x.s.med >= 100 {
 					f = "%.0f"
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | "+f+"%s | "+f+"–"+f+" | "+f+"–"+f+" |\n",
-					x.db, x.workers, x.name, x.s.med, x.unit, x.s.min, x.s.max, x.s.q1, x.s.q3)
+				fmt.Fprintf(&b, "| %s | %d | %s | "+f+"%s ["+f+"–"+f+"] |\n", x.where(), x.workers, x.name, x.s.med, x.unit, x.s.min, x.s.max)
 			}
 			b.WriteString("\n")
 		}
-		for _, n := range r.notes[s] {
-			fmt.Fprintf(&b, "- %s\n", n)
-		}
-		if len(r.notes[s]) > 0 {
-			b.WriteString("\n")
+		for _, n := range r.notes[s.name] {
+			fmt.Fprintf(&b, "- %s\n\n", n)
 		}
 		for _, c := range charts {
-			if strings.Contains(c, "-"+s) {
+			if strings.Contains(c, "-"+s.name) {
 				fmt.Fprintf(&b, "![%s](%s)\n\n", c, c)
 			}
 		}
@@ -227,71 +202,87 @@ func (r *report) markdown(charts []string) string {
 	return b.String()
 }
 
-// targets renders the issue's targets with what this run measured.
-func (r *report) targets() string {
-	type target struct {
-		name, want string
-		got        string
-		met        string
-	}
-	var ts []target
-	yes := func(ok bool) string {
-		if ok {
-			return "met"
+// costSummary is the cost scenario on PostgreSQL at one worker count: a variant per line, a
+// round-trip time per column.
+func (r *report) costSummary(workers int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "PostgreSQL, %d workers, ÷ business alone (median of the rounds) and msgs/s:\n\n| variant | round trips/msg |", workers)
+	for _, d := range r.opts.delays {
+		if x, ok := r.find("cost", "postgres", d, workers, vBusiness); ok {
+			fmt.Fprintf(&b, " RTT %s |", ms(x.rtt))
 		}
-		return "**missed**"
 	}
-	if x, ok := r.findRow("direct", "postgres", 8, variantInbox); ok {
-		ts = append(ts, target{"plain handler: inbox ÷ business only", "≥ 0.80", ratioText(x.ratio), yes(x.ratio.med >= 0.80)})
+	b.WriteString("\n| --- | ---: |" + strings.Repeat(" ---: |", len(r.opts.delays)) + "\n")
+	for _, v := range []string{vBusiness, vHand, vTx, vQueue, vWB, vDup} {
+		line := ""
+		for _, d := range r.opts.delays {
+			x, ok := r.find("cost", "postgres", d, workers, v)
+			if !ok {
+				continue
+			}
+			if line == "" {
+				line = fmt.Sprintf("| %s | %.2f |", v, x.trips)
+			}
+			if x.baseline == "" {
+				line += fmt.Sprintf(" 1.00 (%.0f/s) |", x.rate.med)
+			} else {
+				line += fmt.Sprintf(" **%.2f** (%.0f/s) |", x.ratio.med, x.rate.med)
+			}
+		}
+		if line != "" {
+			b.WriteString(line + "\n")
+		}
 	}
-	if x, ok := r.findRow("direct", "postgres", 8, variantQueue); ok {
-		ts = append(ts, target{"write-behind (inbox.Queue) ÷ business only", "≥ 0.85", ratioText(x.ratio), yes(x.ratio.med >= 0.85)})
+	return b.String() + "\n"
+}
+
+// targets renders the targets this run can check with what it measured.
+func (r *report) targets() string {
+	var b strings.Builder
+	check := func(name, want string, s spread, ok bool) {
+		verdict := "met"
+		if !ok {
+			verdict = "**missed**"
+		}
+		f := "%.2f"
+		if s.med >= 100 {
+			f = "%.0f"
+		}
+		fmt.Fprintf(&b, "| %s | %s | **"+f+"** ["+f+"–"+f+"] (%d rounds) | %s |\n", name, want, s.med, s.min, s.max, s.n, verdict)
 	}
-	if x, ok := r.findDerived("direct", "postgres", 8, derivedDupCost); ok {
-		ts = append(ts, target{"time of a duplicate ÷ time of a first delivery", "≤ 0.50", ratioText(x.s), yes(x.s.med <= 0.50)})
+	const halfMS = 250 * time.Microsecond
+	if x, ok := r.find("cost", "postgres", halfMS, 8, vWB); ok {
+		check(fmt.Sprintf("RTT %s: WriteBehind ÷ business alone", ms(x.rtt)), "≥ 1.8", x.ratio, x.ratio.med >= 1.8)
 	}
-	var big growthTargetRow
-	for _, x := range r.rows {
-		if x.scenario == "growth" && x.db == "postgres" && x.workers == 8 && strings.HasPrefix(x.variant, "v7") && x.baseline != "" {
-			if n := growthRowsOf(x.variant); n >= big.rows {
-				big = growthTargetRow{rows: n, row: x}
+	if x, ok := r.findDerived("cost", halfMS, 8, dWBvsHand); ok {
+		check(fmt.Sprintf("RTT %s: WriteBehind ÷ hand-written inbox", ms(x.rtt)), "≥ 2.3", x.s, x.s.med >= 2.3)
+	}
+	if x, ok := r.find("cost", "postgres", halfMS, 8, vTx); ok {
+		check(fmt.Sprintf("RTT %s: TxFromContext ÷ business alone", ms(x.rtt)), "≥ 0.95", x.ratio, x.ratio.med >= 0.95)
+	}
+	if x, ok := r.find("cost", "postgres", 0, 8, vWB); ok {
+		check("loopback: WriteBehind ÷ business alone", "≥ 0.95", x.ratio, x.ratio.med >= 0.95)
+	}
+	if _, ok := r.find("cost", "postgres", 0, 8, vWB); ok {
+		for _, d := range r.opts.delays {
+			if x, ok := r.find("cost", "postgres", d, 8, vDup); ok {
+				fmt.Fprintf(&b, "| %s: round trips of a WriteBehind duplicate | ≤ 2 | **%.2f** | %s |\n", x.where(), x.trips, map[bool]string{true: "met", false: "**missed**"}[x.trips <= 2])
 			}
 		}
 	}
-	if big.rows > 0 {
-		name := fmt.Sprintf("v7 keys: %s-row inbox ÷ empty inbox", humanRows(big.rows))
-		if big.rows < 10_000_000 {
-			name += " (target is at 10M; this run stopped at " + humanRows(big.rows) + ")"
-		}
-		ts = append(ts, target{name, "≥ 0.80", ratioText(big.row.ratio), yes(big.row.ratio.med >= 0.80)})
+	if x, ok := r.findDerived("router", 0, 8, dRouterVsDedup); ok {
+		check("router: inbox ÷ in-memory Deduplicator", "≥ 0.80", x.s, x.s.med >= 0.8)
 	}
-	if x, ok := r.findDerived("router", "postgres", 8, derivedRouterVsDedup); ok {
-		ts = append(ts, target{"router: inbox ÷ in-memory Deduplicator", "≥ 0.80", ratioText(x.s), yes(x.s.med >= 0.80)})
+	if x, ok := r.findDerived("cleanup", 0, 8, dCleanupRate); ok {
+		check("cleanup: rows deleted per second, claims running", "≥ 200,000", x.s, x.s.med >= 200_000)
 	}
-	if x, ok := r.findDerived("cleanup", "postgres", 8, derivedCleanupRate); ok {
-		ts = append(ts, target{"cleanup rows deleted per second, claims running", "≥ 200,000", fmt.Sprintf("%.0f [%.0f–%.0f]", x.s.med, x.s.min, x.s.max), yes(x.s.med >= 200_000)})
+	if x, ok := r.find("cleanup", "postgres", 0, 8, vDuringCleanup); ok {
+		check("claims during cleanup ÷ claims alone", "≥ 0.80", x.ratio, x.ratio.med >= 0.8)
 	}
-	if x, ok := r.findRow("cleanup", "postgres", 8, variantDuringCleanup); ok {
-		ts = append(ts, target{"claims during cleanup ÷ claims alone", "≥ 0.80", ratioText(x.ratio), yes(x.ratio.med >= 0.80)})
-	}
-	if len(ts) == 0 {
+	if b.Len() == 0 {
 		return ""
 	}
-	var b strings.Builder
-	b.WriteString("| target | wanted | measured: median [min–max] | |\n| --- | --- | --- | --- |\n")
-	for _, t := range ts {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.name, t.want, t.got, t.met)
-	}
-	return b.String()
-}
-
-type growthTargetRow struct {
-	rows int64
-	row  row
-}
-
-func ratioText(s spread) string {
-	return fmt.Sprintf("**%.2f** [%.2f–%.2f] (%d rounds)", s.med, s.min, s.max, s.n)
+	return "| target | wanted | measured: median [min–max] | |\n| --- | --- | --- | --- |\n" + b.String()
 }
 
 func humanRows(n int64) string {
@@ -302,33 +293,4 @@ func humanRows(n int64) string {
 		return fmt.Sprintf("%dk", n/1000)
 	}
 	return fmt.Sprint(n)
-}
-
-func cpuModel() string {
-	data, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return runtime.GOARCH
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "model name") {
-			if _, v, ok := strings.Cut(line, ":"); ok {
-				return strings.TrimSpace(v)
-			}
-		}
-	}
-	return runtime.GOARCH
-}
-
-func memTotal() string {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return "?"
-	}
-	var kb int64
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "MemTotal:") {
-			fmt.Sscanf(strings.TrimPrefix(line, "MemTotal:"), "%d", &kb)
-		}
-	}
-	return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
 }

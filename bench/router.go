@@ -17,10 +17,10 @@ import (
 )
 
 const (
-	variantRouterNone    = "no dedup"
-	variantRouterDedup   = "Deduplicator (memory)"
-	variantRouterInbox   = "inbox"
-	derivedRouterVsDedup = "inbox ÷ Deduplicator (throughput)"
+	vRouterNone    = "no dedup"
+	vRouterDedup   = "Deduplicator (memory)"
+	vRouterInbox   = "inbox"
+	dRouterVsDedup = "inbox ÷ Deduplicator (throughput)"
 )
 
 // routerRig is a running router with one handler per topic on its own gochannel.
@@ -83,10 +83,10 @@ func (r *routerRig) publishOp() op {
 	}
 }
 
-// runRouter is scenario 2: the same business transaction through a router without dedup,
+// runRouter is the router scenario: the same business transaction through a router without dedup,
 // with Watermill's in-memory Deduplicator and with this inbox.
 func runRouter(ctx context.Context, e *env, rep *report) error {
-	b, err := newBackend(ctx, e, "postgres")
+	b, err := pgBackend(ctx, e, e.pg, 0)
 	if err != nil {
 		return err
 	}
@@ -143,9 +143,9 @@ func runRouter(ctx context.Context, e *env, rep *report) error {
 			rigs = append(rigs, rig)
 		}
 		variants := []variant{
-			countedVariant(variantRouterNone, d, rigs[0].publishOp(), &noneRuns, all),
-			countedVariant(variantRouterDedup, d, rigs[1].publishOp(), &dedupRuns, all),
-			countedVariant(variantRouterInbox, d, rigs[2].publishOp(), &inboxRuns, all),
+			countedVariant(vRouterNone, d, rigs[0].publishOp(), &noneRuns, all),
+			countedVariant(vRouterDedup, d, rigs[1].publishOp(), &dedupRuns, all),
+			countedVariant(vRouterInbox, d, rigs[2].publishOp(), &inboxRuns, all),
 		}
 		results, err := interleave(ctx, workers, e.opts.rounds, d/4, variants)
 		if closeErr := closeAll(); err == nil {
@@ -154,8 +154,9 @@ func runRouter(ctx context.Context, e *env, rep *report) error {
 		if err != nil {
 			return err
 		}
-		rep.add("router", "postgres", workers, []string{variantRouterNone, variantRouterDedup, variantRouterInbox}, results, 0)
-		rep.addDerived("router", "postgres", workers, derivedRouterVsDedup, "", ratios(results[2], results[1]))
+		at := at{scenario: "router", db: "postgres", workers: workers}
+		rep.add(at, []string{vRouterNone, vRouterDedup, vRouterInbox}, results, 0)
+		rep.addDerived(at, dRouterVsDedup, ratios(results[2], results[1]))
 	}
 	return nil
 }

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
+)
+
+// The variants of the cost scenario; the targets and the charts look them up by name.
+const (
+	vBusiness = "business alone"
+	vHand     = "hand-written inbox"
+	vTx       = "inbox, TxFromContext"
+	vQueue    = "inbox, Queue"
+	vWB       = "inbox, WriteBehind"
+	vDup      = "inbox, duplicates only"
+
+	benchConsumer = "bench"
+	customer      = "acme"
+	amountCents   = int64(1234)
+)
+
+// benchPayload is what every message carries: the middleware fingerprints it (SHA-256 by
+// default) and stores the fingerprint with the claim, so its size is part of the cost.
+var benchPayload = message.Payload(`{"customer":"acme","amount_cents":1234,"currency":"EUR","lines":[{"sku":"A-1","qty":2}]}`)
+
+// writeBehind returns the inbox middleware in write-behind mode (the handler runs first and
+// only queues its writes; on pgx the claim, the writes and COMMIT go in one batch), or nil
+// where the library has no such mode.
+var writeBehind func(store inbox.Store) (message.HandlerMiddleware, error)
+
+// backend is one database, reached at one round-trip time, with a business table, an inbox
+// store and the table of a hand-written inbox.
+type backend struct {
+	db    string        // "postgres", "mysql", "sqlite"
+	delay time.Duration // added by a delayProxy in each direction; 0: straight to the server
+	rtt   time.Duration // measured round trip of an empty query; 0: in process
+	store inbox.Store
+	// insert is the business INSERT; its arguments are (id, customer, amount).
+	insert string
+	// business runs BEGIN; INSERT; COMMIT.
+	business func(ctx context.Context, id string) error
+	// handWritten is what a team writes without the library: BEGIN; claim with an insert
+	// that skips a conflict (a duplicate skips the INSERT); INSERT; COMMIT. It reports
+	// whether the business INSERT ran.
+	handWritten func(ctx context.Context, id string) (bool, error)
+	// inTx runs the business INSERT in the inbox transaction of ctx (TxFromContext).
+	inTx func(ctx context.Context, id string) error
+}
+
+const invoiceDDL = `CREATE TABLE %s (id %s PRIMARY KEY, customer %s NOT NULL, amount_cents BIGINT NOT NULL)`
+
+// pgBackend creates the tables on PostgreSQL and measures the round trip through pool.
+func pgBackend(ctx context.Context, e *env, pool *pgxpool.Pool, delay time.Duration) (*backend, error) {
+	invoices, inboxTable, handTable := e.table("postgres", "bench_invoice"), e.table("postgres", "bench_inbox"), e.table("postgres", "bench_hand")
+	if _, err := pool.Exec(ctx, fmt.Sprintf(invoiceDDL, invoices, "uuid", "text")); err != nil {
+		return nil, err
+	}
+	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: inboxTable})
+	if err != nil {
+		return nil, err
+	}
+	hand, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: handTable}) // the same table shape
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(store.InitializeSchema(ctx), hand.InitializeSchema(ctx)); err != nil {
+		return nil, err
+	}
+	b := &backend{db: "postgres", delay: delay, store: store,
+		insert: fmt.Sprintf(`INSERT INTO %s (id, customer, amount_cents) VALUES ($1, $2, $3)`, invoices)}
+	if b.rtt, err = rtt(ctx, pool); err != nil {
+		return nil, err
+	}
+	claim := fmt.Sprintf(`INSERT INTO %s (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1`, handTable)
+	b.business = func(ctx context.Context, id string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, b.insert, id, customer, amountCents)
+			return err
+		})
+	}
+	b.handWritten = func(ctx context.Context, id string) (ran bool, err error) {
+		return ran, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var one int
+			if err := tx.QueryRow(ctx, claim, benchConsumer, id).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+				return nil // a duplicate
+			} else if err != nil {
+				return err
+			}
+			ran = true
+			_, err := tx.Exec(ctx, b.insert, id, customer, amountCents)
+			return err
+		})
+	}
+	b.inTx = func(ctx context.Context, id string) error {
+		tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
+		if !ok {
+			return errors.New("no pgx.Tx in the message context")
+		}
+		_, err := tx.Exec(ctx, b.insert, id, customer, amountCents)
+		return err
+	}
+	return b, nil
+}
+
+// sqlBackend creates the tables on MySQL/MariaDB or SQLite, reached through database/sql.
+func sqlBackend(ctx context.Context, e *env, name string) (*backend, error) {
+	db, dialect, idType, textType, claimSQL := e.sqlite, sqlinbox.SQLite, "TEXT", "TEXT", `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
+	if name == "mysql" {
+		db, dialect, idType, textType, claimSQL = e.mysql, sqlinbox.MySQL, "CHAR(36)", "VARCHAR(64)", `INSERT IGNORE INTO %s (consumer, message_id) VALUES (?, ?)`
+	}
+	invoices, inboxTable, handTable := e.table(name, "bench_invoice"), e.table(name, "bench_inbox"), e.table(name, "bench_hand")
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(invoiceDDL, invoices, idType, textType)); err != nil {
+		return nil, err
+	}
+	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: inboxTable})
+	if err != nil {
+		return nil, err
+	}
+	hand, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: handTable})
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(store.InitializeSchema(ctx), hand.InitializeSchema(ctx)); err != nil {
+		return nil, err
+	}
+	b := &backend{db: name, store: store, insert: fmt.Sprintf(`INSERT INTO %s (id, customer, amount_cents) VALUES (?, ?, ?)`, invoices)}
+	claim := fmt.Sprintf(claimSQL, handTable)
+	b.business = func(ctx context.Context, id string) error {
+		return sqlTx(ctx, db, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, b.insert, id, customer, amountCents)
+			return err
+		})
+	}
+	b.handWritten = func(ctx context.Context, id string) (ran bool, err error) {
+		return ran, sqlTx(ctx, db, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, claim, benchConsumer, id)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return err // n == 0: a duplicate
+			}
+			ran = true
+			_, err = tx.ExecContext(ctx, b.insert, id, customer, amountCents)
+			return err
+		})
+	}
+	b.inTx = func(ctx context.Context, id string) error {
+		tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
+		if !ok {
+			return errors.New("no *sql.Tx in the message context")
+		}
+		_, err := tx.ExecContext(ctx, b.insert, id, customer, amountCents)
+		return err
+	}
+	return b, nil
+}
+
+func sqlTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		return errors.Join(err, tx.Rollback())
+	}
+	return tx.Commit()
+}
+
+// variants returns the cost scenario's variants on b; each round checks that the business
+// INSERT ran once per first delivery and never for a duplicate.
+func (b *backend) variants(ctx context.Context, d time.Duration) ([]variant, error) {
+	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: benchConsumer}, nil)
+	if err != nil {
+		return nil, err
+	}
+	var handRuns, txRuns, queueRuns, wbRuns, dupRuns atomic.Int64
+	counted := func(runs *atomic.Int64, h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			runs.Add(1)
+			return h(msg)
+		}
+	}
+	inTx := func(msg *message.Message) ([]*message.Message, error) { return nil, b.inTx(msg.Context(), msg.UUID) }
+	queue := func(msg *message.Message) ([]*message.Message, error) {
+		return nil, inbox.Queue(msg.Context(), b.insert, msg.UUID, customer, amountCents)
+	}
+	all, none := func(n int64) int64 { return n }, func(int64) int64 { return 0 }
+	vs := []variant{
+		timedVariant(vBusiness, d, func(ctx context.Context, _ int) error { return b.business(ctx, watermill.NewUUID()) }),
+		countedVariant(vHand, d, func(ctx context.Context, _ int) error {
+			ran, err := b.handWritten(ctx, watermill.NewUUID())
+			if ran {
+				handRuns.Add(1)
+			}
+			return err
+		}, &handRuns, all),
+		countedVariant(vTx, d, handlerOp(mw(counted(&txRuns, inTx)), freshKey), &txRuns, all),
+		countedVariant(vQueue, d, handlerOp(mw(counted(&queueRuns, queue)), freshKey), &queueRuns, all),
+	}
+	// Duplicates go to the write-behind handler where there is one: its duplicates are the
+	// ones with a round-trip target.
+	dupMW, dupHandler := mw, inTx
+	if writeBehind != nil {
+		wb, err := writeBehind(b.store)
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, countedVariant(vWB, d, handlerOp(wb(counted(&wbRuns, queue)), freshKey), &wbRuns, all))
+		dupMW, dupHandler = wb, queue
+	}
+	dupH := dupMW(counted(&dupRuns, dupHandler))
+	keys, err := seedKeys(ctx, dupH, 1000, 8)
+	if err != nil {
+		return nil, fmt.Errorf("seed duplicates: %w", err)
+	}
+	dupRuns.Store(0)
+	return append(vs, countedVariant(vDup, d, handlerOp(dupH, func(int) string { return keys.key() }), &dupRuns, none)), nil
+}
+
+// handlerOp delivers one message with key(worker) as its UUID to h.
+func handlerOp(h message.HandlerFunc, key func(worker int) string) op {
+	return func(ctx context.Context, worker int) error {
+		msg := message.NewMessage(key(worker), benchPayload)
+		msg.SetContext(ctx)
+		_, err := h(msg)
+		return err
+	}
+}
+
+func freshKey(int) string { return watermill.NewUUID() }
+
+// countedVariant is a timed variant whose handler runs are checked after each round:
+// want(msgs) gives the exact number of runs the round must have made.
+func countedVariant(name string, d time.Duration, o op, runs *atomic.Int64, want func(msgs int64) int64) variant {
+	return variant{name: name, op: o, run: func(ctx context.Context, workers int) (roundResult, error) {
+		before := runs.Load()
+		res, err := runFor(ctx, workers, d, nil, o)
+		if err != nil {
+			return res, err
+		}
+		if got, w := runs.Load()-before, want(res.msgs); got != w {
+			return res, fmt.Errorf("handler ran %d times, want %d (%d messages)", got, w, res.msgs)
+		}
+		return res, nil
+	}}
+}
+
+// keyPool hands out committed keys, round robin.
+type keyPool struct {
+	keys []string
+	next atomic.Int64
+}
+
+func (p *keyPool) key() string { return p.keys[int(p.next.Add(1)-1)%len(p.keys)] }
+
+// seedKeys delivers n fresh messages to h and returns their keys (all committed).
+func seedKeys(ctx context.Context, h message.HandlerFunc, n, workers int) (*keyPool, error) {
+	var (
+		mu   sync.Mutex
+		keys = make([]string, 0, n)
+		left atomic.Int64
+		stop = make(chan struct{})
+		once sync.Once
+	)
+	left.Store(int64(n))
+	_, err := runFor(ctx, workers, 0, stop, func(ctx context.Context, w int) error {
+		if left.Add(-1) < 0 {
+			once.Do(func() { close(stop) })
+			return nil
+		}
+		key := watermill.NewUUID()
+		if err := handlerOp(h, func(int) string { return key })(ctx, w); err != nil {
+			return err
+		}
+		mu.Lock()
+		keys = append(keys, key)
+		mu.Unlock()
+		return nil
+	})
+	return &keyPool{keys: keys}, err
+}
+
+// runCost is the cost scenario: the same business transaction with and without the inbox,
+// on PostgreSQL at each round-trip time, and on MySQL/MariaDB and SQLite straight. Each
+// PostgreSQL pool is closed before the next opens, to stay within the server's connections.
+func runCost(ctx context.Context, e *env, rep *report) error {
+	for _, delay := range e.opts.delays {
+		pool, err := e.pgPool(ctx, delay)
+		if err != nil {
+			return err
+		}
+		b, err := pgBackend(ctx, e, pool, delay)
+		if err == nil {
+			log.Printf("postgres, %s each way: round trip %s", delay, b.rtt)
+			err = b.measure(ctx, e, rep)
+		}
+		pool.Close()
+		if err != nil {
+			return fmt.Errorf("postgres, %s each way: %w", delay, err)
+		}
+	}
+	for _, name := range []string{"mysql", "sqlite"} {
+		if (name == "mysql" && e.mysql == nil) || (name == "sqlite" && e.sqlite == nil) {
+			continue
+		}
+		b, err := sqlBackend(ctx, e, name)
+		if err == nil {
+			err = b.measure(ctx, e, rep)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// measure runs the variants on b at each worker count.
+func (b *backend) measure(ctx context.Context, e *env, rep *report) error {
+	variants, err := b.variants(ctx, e.opts.round)
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(variants))
+	for i, v := range variants {
+		names[i] = v.name
+	}
+	for _, workers := range e.opts.workers {
+		log.Printf("cost: %s, %s each way, %d workers", b.db, b.delay, workers)
+		results, err := interleave(ctx, workers, e.opts.rounds, e.opts.round/4, variants)
+		if err != nil {
+			return err
+		}
+		at := at{scenario: "cost", db: b.db, delay: b.delay, rtt: b.rtt, workers: workers}
+		rep.add(at, names, results, 0)
+		if writeBehind != nil {
+			rep.addDerived(at, dWBvsHand, ratios(results[4], results[1]))
+		}
+	}
+	return nil
+}
