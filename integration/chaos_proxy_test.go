@@ -29,7 +29,6 @@ import (
 type faultProxy struct {
 	listener net.Listener
 	target   string
-	protocol wireProtocol
 	// Probabilities per frame: of a COMMIT frame being cut before or during it, of any other
 	// frame being cut.
 	pBeforeCommit, pDuringCommit, pStatement float64
