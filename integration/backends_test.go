@@ -63,20 +63,6 @@ var backends = map[string]newBackend{
 }
 
 func pgxBackend(t *testing.T) *backend {
-	return pgxBackendOn(t, func(pool *pgxpool.Pool) sqlinbox.PgxBeginner { return pool })
-}
-
-// pgxBeginOnly hides everything of a pool but Begin, so the store cannot pipeline BEGIN
-// with the claim: the path a PgxBeginner of one's own takes.
-type pgxBeginOnly struct{ pool *pgxpool.Pool }
-
-func (b pgxBeginOnly) Begin(ctx context.Context) (pgx.Tx, error) { return b.pool.Begin(ctx) }
-
-func pgxBeginOnlyBackend(t *testing.T) *backend {
-	return pgxBackendOn(t, func(pool *pgxpool.Pool) sqlinbox.PgxBeginner { return pgxBeginOnly{pool} })
-}
-
-func pgxBackendOn(t *testing.T, db func(*pgxpool.Pool) sqlinbox.PgxBeginner) *backend {
 	ctx := context.Background()
 	directURL := testenv.PostgresURL(t)
 	proxy := startProxy(t, hostOf(t, directURL))
@@ -84,7 +70,7 @@ func pgxBackendOn(t *testing.T, db func(*pgxpool.Pool) sqlinbox.PgxBeginner) *ba
 	proxied := openPgxPool(t, withHost(t, directURL, proxy.Addr()))
 
 	table := testenv.Name("inbox")
-	store, err := sqlinbox.NewPgx(db(proxied), sqlinbox.Config{Table: table})
+	store, err := sqlinbox.NewPgx(proxied, sqlinbox.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +83,7 @@ func pgxBackendOn(t *testing.T, db func(*pgxpool.Pool) sqlinbox.PgxBeginner) *ba
 			return pgxRunner{tx}, ok
 		},
 		newStore: func(config sqlinbox.Config) (inbox.Store, error) {
-			return sqlinbox.NewPgx(db(proxied), config)
+			return sqlinbox.NewPgx(proxied, config)
 		},
 		outage:       func() func() { proxy.Cut(); return proxy.Restore },
 		retriable:    func(error) bool { return false },

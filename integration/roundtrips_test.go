@@ -31,7 +31,8 @@ func (c countingConn) Write(b []byte) (int, error) {
 
 // The round trips the README promises on pgx: a first delivery costs the claim's batch, the
 // handler's statement and COMMIT; with inbox.Queue, the claim's batch and the commit's; a
-// duplicate, the claim's batch and the ROLLBACK.
+// duplicate, the claim's batch and the ROLLBACK. In write-behind mode a first delivery costs
+// one batch, and a duplicate that batch and one with ROLLBACK and the read of the record.
 func TestPgxRoundTripsPerMessage(t *testing.T) {
 	ctx := context.Background()
 	var writes atomic.Int64
@@ -65,6 +66,15 @@ func TestPgxRoundTripsPerMessage(t *testing.T) {
 		_, err := tx.Exec(msg.Context(), insert, "billing", msg.UUID)
 		return nil, err
 	}
+	writeBehind := func(store inbox.Store) message.HandlerFunc {
+		mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: true}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mw(func(msg *message.Message) ([]*message.Message, error) {
+			return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
+		})
+	}
 	plain := mw(writeInTx)
 	queued := mw(func(msg *message.Message) ([]*message.Message, error) {
 		return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
@@ -72,8 +82,14 @@ func TestPgxRoundTripsPerMessage(t *testing.T) {
 
 	const messages = 50
 	perMessage := func(h message.HandlerFunc, keys func(i int) string) float64 {
-		if err := deliver(ctx, h, watermill.NewUUID()); err != nil { // prepares the statements
-			t.Fatal(err)
+		// Steady state: a first delivery, a duplicate and another first delivery pay what a
+		// connection pays once (preparing the statements; dropping pgx's cached copy of a text
+		// that another handler shape used and the write-behind path now prepares by name).
+		warmUp := watermill.NewUUID()
+		for _, key := range []string{warmUp, warmUp, watermill.NewUUID()} {
+			if err := deliver(ctx, h, key); err != nil {
+				t.Fatal(err)
+			}
 		}
 		before := writes.Load()
 		for i := range messages {
@@ -83,9 +99,10 @@ func TestPgxRoundTripsPerMessage(t *testing.T) {
 		}
 		return float64(writes.Load()-before) / messages
 	}
-	var firsts []string
+	var firsts, wbFirsts []string
 	for range messages {
 		firsts = append(firsts, watermill.NewUUID())
+		wbFirsts = append(wbFirsts, watermill.NewUUID())
 	}
 	for _, tc := range []struct {
 		name string
@@ -97,6 +114,10 @@ func TestPgxRoundTripsPerMessage(t *testing.T) {
 		{"first delivery, handler queues its write", queued, func(int) string { return watermill.NewUUID() }, 2},
 		{"duplicate", plain, func(i int) string { return firsts[i] }, 2},
 		{"first delivery with LockTimeout (it travels in the claim's batch)", timeoutMW(writeInTx), func(int) string { return watermill.NewUUID() }, 3},
+		{"write-behind first delivery", writeBehind(store), func(i int) string { return wbFirsts[i] }, 1},
+		{"write-behind duplicate", writeBehind(store), func(i int) string { return wbFirsts[i] }, 2},
+		{"write-behind first delivery after duplicates", writeBehind(store), func(int) string { return watermill.NewUUID() }, 1},
+		{"write-behind first delivery with LockTimeout", writeBehind(withTimeout), func(int) string { return watermill.NewUUID() }, 1},
 	} {
 		if got := perMessage(tc.h, tc.keys); got != tc.want {
 			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)

@@ -42,8 +42,6 @@ var storeCases = []struct {
 
 func TestStoreConformance(t *testing.T) {
 	stores := maps.Clone(backends)
-	// A PgxBeginner of one's own takes the unpipelined path: BEGIN, then the claim.
-	stores["pgx-begin-only/postgres"] = pgxBeginOnlyBackend
 	// clientFoundRows=true makes MySQL count a row that an upsert found but did not change
 	// as affected: a claim that read the affected-row count took a duplicate for a new one.
 	stores["database-sql/mariadb-clientFoundRows"] = func(t *testing.T) *backend {

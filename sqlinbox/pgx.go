@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -12,60 +14,49 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// PgxBeginner is what NewPgx needs from a database handle: a *pgxpool.Pool, a *pgx.Conn,
-// or anything that begins a pgx transaction.
-type PgxBeginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-// pgxBatchSender is how the pool and the connection send BEGIN and the claim together.
-type pgxBatchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// PgxStore is an inbox.Store on PostgreSQL through pgx v5. Handlers get a pgx.Tx from
-// inbox.TxFromContext[pgx.Tx].
+// PgxStore is an inbox.Store on PostgreSQL through a pgx v5 pool. Handlers get a pgx.Tx
+// from inbox.TxFromContext[pgx.Tx].
 //
-// With a *pgxpool.Pool or a *pgx.Conn, BEGIN and the claim travel in one pipelined batch, so
-// the claim costs no round trip of its own, and the statements a handler queued with
-// inbox.Queue, the record of produced messages and COMMIT travel in another: a first
-// delivery costs the round trips of the handler's own transaction, a duplicate two. Keep
-// pgx's default statement cache (QueryExecModeCacheStatement): the other modes were 25-35%
-// slower for the claim.
+// The store acquires a connection for each message and keeps it until the transaction ends,
+// so it can send statements in pipelined batches: BEGIN travels with the claim, and the
+// statements a handler queued with inbox.Queue, the record of produced messages and COMMIT
+// travel together. A first delivery costs the round trips of the handler's own transaction,
+// a duplicate two. In write-behind mode (inbox.Config.WriteBehind) everything travels in one
+// batch: one round trip. Keep pgx's default statement cache (QueryExecModeCacheStatement):
+// the other modes were 25-35% slower for the claim.
 type PgxStore struct {
-	db       PgxBeginner
-	pipeline pgxBatchSender // nil: begin, then claim
-	sql      statements
+	pool *pgxpool.Pool
+	sql  statements
+
+	// prepared counts the queued statement texts that write-behind batches prepare by name
+	// on each connection, up to maxNamedStatements; see prepareNamed.
+	prepared      sync.Map
+	preparedCount atomic.Int32
 }
 
-var _ inbox.Store = (*PgxStore)(nil)
+var (
+	_ inbox.Store            = (*PgxStore)(nil)
+	_ inbox.WriteBehindStore = (*PgxStore)(nil)
+)
 
-// NewPgx returns a store that claims messages in table config.Table through db. A
-// *pgx.Conn serves one message at a time; give a router with concurrent handlers a pool.
-func NewPgx(db PgxBeginner, config Config) (*PgxStore, error) {
-	if db == nil {
-		return nil, errors.New("sqlinbox: NewPgx: db is nil")
+// NewPgx returns a store that claims messages in table config.Table through pool. Every
+// message in flight holds one of the pool's connections from its claim to its commit: size
+// the pool (pgxpool's MaxConns) above the number of messages the router handles at once.
+func NewPgx(pool *pgxpool.Pool, config Config) (*PgxStore, error) {
+	if pool == nil {
+		return nil, errors.New("sqlinbox: NewPgx: pool is nil")
 	}
 	sql, err := newStatements(Postgres, config)
 	if err != nil {
 		return nil, err
 	}
-	s := &PgxStore{db: db, sql: sql}
-	// Only a pool or a connection: a batch sent on a pgx.Tx would run inside that
-	// transaction, where BEGIN starts nothing.
-	switch db := db.(type) {
-	case *pgxpool.Pool:
-		s.pipeline = db
-	case *pgx.Conn:
-		s.pipeline = db
-	}
-	return s, nil
+	return &PgxStore{pool: pool, sql: sql}, nil
 }
 
 // InitializeSchema creates the inbox table if it does not exist. It is safe to call on every
 // start, from every instance at once.
 func (s *PgxStore) InitializeSchema(ctx context.Context) error {
-	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, s.sql.schemaLock); err != nil {
 			return fmt.Errorf("sqlinbox: lock for schema: %w", err)
 		}
@@ -78,41 +69,24 @@ func (s *PgxStore) InitializeSchema(ctx context.Context) error {
 	})
 }
 
-// Claim implements inbox.Store.
+// Claim implements inbox.Store. BEGIN, the lock timeout (if set) and the claim, which also
+// reads a committed claim, travel in one batch.
 func (s *PgxStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
-	tx, inserted, prior, err := s.beginAndClaim(ctx, claim)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
+		return nil, nil, fmt.Errorf("sqlinbox: acquire a connection: %w", err)
+	}
+	if err := s.prepareNamed(ctx, conn.Conn(), []string{s.sql.claimOrRead}, nil); err != nil {
+		conn.Release()
 		return nil, nil, err
 	}
-	if inserted {
-		return &pgxTx{tx: tx, store: s, claim: claim}, nil, nil
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		return nil, nil, fmt.Errorf("sqlinbox: end transaction of a duplicate: %w", err)
-	}
-	return nil, prior, nil
-}
-
-// beginAndClaim returns an open transaction and whether the claim inserted its row, or else
-// what the committed row recorded; on an error the transaction is already ended.
-func (s *PgxStore) beginAndClaim(ctx context.Context, claim inbox.Claim) (tx pgx.Tx, inserted bool, prior *inbox.Processed, err error) {
-	// The lock timeout and the claim, which reads a committed claim in the same statement,
-	// travel in one batch; with a pool or a connection, BEGIN travels in it too.
 	batch := &pgx.Batch{}
-	var results pgx.BatchResults
-	if s.pipeline != nil {
-		batch.BeginTx(pgx.TxOptions{})
-		s.queueClaim(batch, claim)
-		results = s.pipeline.SendBatch(ctx, batch)
-		tx = results.Tx()
-	} else {
-		if tx, err = s.db.Begin(ctx); err != nil {
-			return nil, false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
-		}
-		s.queueClaim(batch, claim)
-		results = tx.SendBatch(ctx, batch)
-	}
-	inserted, prior, err = readClaimBatch(results, s.pipeline != nil, s.sql.lockTimeout != "")
+	batch.BeginTx(pgx.TxOptions{})
+	s.queueLockTimeout(batch)
+	batch.Queue(s.sql.claimOrRead, claim.Consumer, claim.Key, claim.Fingerprint)
+	results := conn.Conn().SendBatch(ctx, batch)
+	tx := results.Tx()
+	inserted, prior, err := readClaim(results, s.sql.lockTimeout != "")
 	if closeErr := results.Close(); err == nil && closeErr != nil {
 		err = fmt.Errorf("sqlinbox: claim: %w", closeErr)
 	}
@@ -120,27 +94,31 @@ func (s *PgxStore) beginAndClaim(ctx context.Context, claim inbox.Claim) (tx pgx
 		// Committed while the claim waited for it: invisible to the claim's snapshot.
 		prior, err = scanPrior(tx.QueryRow(ctx, s.sql.prior, claim.Consumer, claim.Key))
 	}
-	if err != nil {
-		return nil, false, nil, endAfter(ctx, tx, err)
+	if err != nil || !inserted {
+		// A duplicate's transaction has nothing to keep; a failed one must end too.
+		if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+			err = errors.Join(err, fmt.Errorf("sqlinbox: end the claim's transaction: %w", rbErr))
+		}
+		conn.Release()
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, prior, nil
 	}
-	return tx, inserted, prior, nil
+	return &pgxTx{conn: conn, tx: tx, store: s, claim: claim}, nil, nil
 }
 
-func (s *PgxStore) queueClaim(batch *pgx.Batch, claim inbox.Claim) {
+func (s *PgxStore) queueLockTimeout(batch *pgx.Batch) {
 	if s.sql.lockTimeout != "" {
 		batch.Queue(s.sql.lockTimeout, s.sql.lockTimeoutArgs...)
 	}
-	batch.Queue(s.sql.claimOrRead, claim.Consumer, claim.Key, claim.Fingerprint)
 }
 
-// readClaimBatch reads the results of BEGIN (if the batch has it), the lock timeout (if set)
-// and the claim. A claim that inserted nothing and read nothing returns neither inserted nor
-// prior.
-func readClaimBatch(results pgx.BatchResults, withBegin, withLockTimeout bool) (inserted bool, prior *inbox.Processed, err error) {
-	if withBegin {
-		if _, err := results.Exec(); err != nil {
-			return false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
-		}
+// readClaim reads the results of BEGIN, the lock timeout (if set) and the claim. A claim
+// that inserted nothing and read nothing returns neither inserted nor prior.
+func readClaim(results pgx.BatchResults, withLockTimeout bool) (inserted bool, prior *inbox.Processed, err error) {
+	if _, err := results.Exec(); err != nil {
+		return false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
 	}
 	if withLockTimeout {
 		if _, err := results.Exec(); err != nil {
@@ -170,18 +148,167 @@ func scanPrior(row interface{ Scan(...any) error }) (*inbox.Processed, error) {
 	return &prior, nil
 }
 
-// endAfter rolls tx back after err, which is returned with any rollback failure. A pool's
-// transaction must be ended even when BEGIN failed, to give its connection back.
-func endAfter(ctx context.Context, tx pgx.Tx, err error) error {
-	if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+// ClaimAndCommit implements inbox.WriteBehindStore in one round trip: BEGIN, the lock
+// timeout (if set), the claim as a plain INSERT, the statements, the record of produced
+// messages and COMMIT in one batch. A duplicate makes the claim fail on the primary key, which aborts the
+// transaction and skips the rest of the batch; ROLLBACK and the read of the committed claim
+// then share a second batch.
+func (s *PgxStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statements []inbox.Statement, produced []byte) (*inbox.Processed, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlinbox: acquire a connection: %w", err)
+	}
+	defer conn.Release() // a connection left in a transaction is closed, not reused
+	c := conn.Conn()
+	queued := make([]queuedStatement, len(statements))
+	for i, st := range statements {
+		queued[i] = queuedStatement{st.SQL, st.Args}
+	}
+	// ROLLBACK and the read of the record too: after a duplicate the transaction is
+	// aborted, and the server refuses to prepare anything until it ends.
+	own := []string{sqlBegin, s.sql.insert, s.sql.record, sqlCommit, sqlRollback, s.sql.prior}
+	if err := s.prepareNamed(ctx, c, own, queued); err != nil {
+		return nil, err
+	}
+
+	batch := &pgx.Batch{}
+	batch.Queue(sqlBegin)
+	s.queueLockTimeout(batch)
+	claimAt := batch.Len()
+	batch.Queue(s.sql.insert, claim.Consumer, claim.Key, claim.Fingerprint)
+	for _, q := range queued {
+		batch.Queue(q.sql, q.args...)
+	}
+	if produced != nil {
+		batch.Queue(s.sql.record, produced, claim.Consumer, claim.Key)
+	}
+	batch.Queue(sqlCommit)
+	failedAt, err := sendBatch(ctx, c, batch)
+	switch {
+	case err == nil:
+		return nil, nil
+	case failedAt == claimAt && s.sql.isDuplicateKey(err):
+		return s.readAfterDuplicate(ctx, c, claim)
+	case failedAt == batch.Len()-1:
+		return nil, fmt.Errorf("sqlinbox: commit: %w", err)
+	case failedAt == claimAt:
+		return nil, endFailed(ctx, c, fmt.Errorf("sqlinbox: claim: %w", err))
+	case failedAt > claimAt+len(queued):
+		return nil, endFailed(ctx, c, fmt.Errorf("sqlinbox: record produced messages: %w", err))
+	}
+	return nil, endFailed(ctx, c, fmt.Errorf("sqlinbox: queued statement %d: %w", failedAt-claimAt, err))
+}
+
+// readAfterDuplicate ends the aborted transaction and reads what the committed claim
+// recorded, in one batch.
+func (s *PgxStore) readAfterDuplicate(ctx context.Context, c *pgx.Conn, claim inbox.Claim) (*inbox.Processed, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(sqlRollback)
+	batch.Queue(s.sql.prior, claim.Consumer, claim.Key)
+	results := c.SendBatch(ctx, batch)
+	_, err := results.Exec()
+	var prior *inbox.Processed
+	if err == nil {
+		prior, err = scanPrior(results.QueryRow())
+	} else {
+		err = fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", err)
+	}
+	if closeErr := results.Close(); err == nil && closeErr != nil {
+		err = fmt.Errorf("sqlinbox: read the committed claim: %w", closeErr)
+	}
+	return prior, err
+}
+
+// The statements that begin and end a transaction in a batch. A batch's results end the
+// transaction on the connection; pgx's Tx is not involved.
+const (
+	sqlBegin    = "BEGIN"
+	sqlCommit   = "COMMIT"
+	sqlRollback = "ROLLBACK"
+)
+
+// maxNamedStatements bounds the queued statement texts a connection prepares by name, so a
+// handler that builds its SQL text from data cannot fill the server's memory.
+const maxNamedStatements = 256
+
+// prepareNamed prepares on c, by name, the inbox's statements texts and the first
+// maxNamedStatements distinct texts of queued statements, where they are not prepared yet.
+// pgx's Prepare with name == sql makes the text itself name the statement, and returns at
+// once for a text already prepared on the connection. pgx forgets the cached statements of
+// a batch that fails, which would make the batch after every write-behind duplicate prepare
+// them again; named statements are kept. Every batch that can fail prepares its texts so,
+// so that no text is both named and in pgx's cache.
+func (s *PgxStore) prepareNamed(ctx context.Context, c *pgx.Conn, own []string, queued []queuedStatement) error {
+	if s.sql.lockTimeout != "" {
+		own = append(own, s.sql.lockTimeout)
+	}
+	for _, text := range own {
+		if _, err := c.Prepare(ctx, text, text); err != nil {
+			return fmt.Errorf("sqlinbox: prepare: %w", err)
+		}
+	}
+	for _, q := range queued {
+		if !s.namedStatement(q.sql) {
+			continue
+		}
+		if _, err := c.Prepare(ctx, q.sql, q.sql); err != nil {
+			return fmt.Errorf("sqlinbox: prepare queued statement: %w", err)
+		}
+	}
+	return nil
+}
+
+// namedStatement reports whether text is one of the first maxNamedStatements queued texts.
+func (s *PgxStore) namedStatement(text string) bool {
+	if _, ok := s.prepared.Load(text); ok {
+		return true
+	}
+	if s.preparedCount.Add(1) > maxNamedStatements {
+		s.preparedCount.Add(-1)
+		return false
+	}
+	if _, loaded := s.prepared.LoadOrStore(text, struct{}{}); loaded {
+		s.preparedCount.Add(-1)
+	}
+	return true
+}
+
+// sendBatch sends batch on c and reads every result. It returns the index of the statement
+// that failed with its error; the statements after it did not run.
+func sendBatch(ctx context.Context, c *pgx.Conn, batch *pgx.Batch) (failedAt int, err error) {
+	results := c.SendBatch(ctx, batch)
+	var tag pgconn.CommandTag
+	for failedAt = 0; failedAt < batch.Len(); failedAt++ {
+		if tag, err = results.Exec(); err != nil {
+			break
+		}
+	}
+	if closeErr := results.Close(); err == nil && closeErr != nil {
+		return batch.Len() - 1, closeErr
+	}
+	if err == nil && tag.String() == "ROLLBACK" { // the server rolled back instead, as pgx's Commit reports
+		return batch.Len() - 1, pgx.ErrTxCommitRollback
+	}
+	return failedAt, err
+}
+
+// endFailed rolls back the transaction a failed batch left open, if the connection still
+// works; a broken connection is closed when it is released.
+func endFailed(ctx context.Context, c *pgx.Conn, err error) error {
+	if c.IsClosed() || c.PgConn().TxStatus() == 'I' {
+		return err
+	}
+	if _, rbErr := c.Exec(context.WithoutCancel(ctx), sqlRollback); rbErr != nil {
 		return errors.Join(err, fmt.Errorf("sqlinbox: rollback: %w", rbErr))
 	}
 	return err
 }
 
-// pgxTx adapts a pgx.Tx to inbox.Tx.
+// pgxTx is the transaction of one claimed message, on a connection the store holds until
+// Commit or Rollback.
 type pgxTx struct {
-	tx    pgx.Tx
+	conn  *pgxpool.Conn
+	tx    pgx.Tx // what the handler writes through
 	store *PgxStore
 	claim inbox.Claim
 	statementQueue
@@ -192,11 +319,17 @@ var _ inbox.StatementQueuer = (*pgxTx)(nil)
 func (t *pgxTx) Driver() any { return t.tx }
 
 // Commit sends the queued statements, the record of produced messages and COMMIT in one
-// pipelined batch: one round trip, whatever the handler queued.
+// pipelined batch: one round trip, whatever the handler queued. It always releases the
+// connection.
 func (t *pgxTx) Commit(ctx context.Context, produced []byte) error {
+	defer t.conn.Release()
+	c := t.conn.Conn()
+	if c.PgConn().TxStatus() == 'I' {
+		return fmt.Errorf("%w: commit", inbox.ErrTxEndedByHandler)
+	}
 	queued := t.take()
-	if len(queued) == 0 && produced == nil {
-		return pgxEnded(t.tx.Commit(ctx))
+	if err := t.store.prepareNamed(ctx, c, []string{t.store.sql.record, sqlCommit}, queued); err != nil {
+		return endFailed(ctx, c, err)
 	}
 	batch := &pgx.Batch{}
 	for _, q := range queued {
@@ -205,56 +338,17 @@ func (t *pgxTx) Commit(ctx context.Context, produced []byte) error {
 	if produced != nil {
 		batch.Queue(t.store.sql.record, produced, t.claim.Consumer, t.claim.Key)
 	}
-	batch.Queue(commitInBatch)
-	if err := sendCommitBatch(ctx, t.tx, batch); err != nil {
-		return endAfter(ctx, t.tx, pgxEnded(err))
-	}
-	closeCommitted(ctx, t.tx)
-	return nil
-}
-
-func sendCommitBatch(ctx context.Context, tx pgx.Tx, batch *pgx.Batch) error {
-	results := tx.SendBatch(ctx, batch)
-	var tag pgconn.CommandTag
-	var err error
-	for range batch.Len() {
-		if tag, err = results.Exec(); err != nil {
-			break
-		}
-	}
-	if closeErr := results.Close(); err == nil {
-		err = closeErr
-	}
-	if err != nil {
-		return fmt.Errorf("sqlinbox: commit batch: %w", err)
-	}
-	if tag.String() == "ROLLBACK" { // the server rolled back instead, as pgx's Commit reports
-		return fmt.Errorf("sqlinbox: commit batch: %w", pgx.ErrTxCommitRollback)
+	batch.Queue(sqlCommit)
+	if _, err := sendBatch(ctx, c, batch); err != nil {
+		return endFailed(ctx, c, fmt.Errorf("sqlinbox: commit batch: %w", err))
 	}
 	return nil
 }
 
-// commitInBatch is the COMMIT sent in a batch, where pgx prepares and caches it. Its text
-// must differ from the "commit" that closeCommitted makes pgx's Commit fail with: pgx drops
-// the cached statement of a failed query's text, and re-preparing it would cost two round
-// trips a message.
-const commitInBatch = "COMMIT"
-
-// closeCommitted marks tx ended after a COMMIT sent in a batch, without another round trip.
-// pgx offers no other way: Commit with a context that is already done sends nothing (pgconn
-// checks the context before writing), and since the connection is idle it is neither
-// closed nor broken; a pool's transaction gives its connection back. A query tracer sees
-// this "commit" fail with context.Canceled.
-func closeCommitted(ctx context.Context, tx pgx.Tx) {
-	done, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cancel()
-	_ = tx.Commit(done)
-}
-
-func (t *pgxTx) Rollback(ctx context.Context) error { return pgxEnded(t.tx.Rollback(ctx)) }
-
-// pgxEnded marks the error of a transaction the handler already committed or rolled back.
-func pgxEnded(err error) error {
+// Rollback ends the transaction and releases the connection.
+func (t *pgxTx) Rollback(ctx context.Context) error {
+	defer t.conn.Release()
+	err := t.tx.Rollback(ctx)
 	if errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("%w: %w", inbox.ErrTxEndedByHandler, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -230,9 +229,8 @@ func prepareCleanup(olderThan time.Duration, config *CleanupConfig) error {
 //
 // One cleanup of a table runs at a time across every process: Cleanup takes a PostgreSQL
 // advisory lock, keyed by the table's OID, on one pool connection for the whole pass, and
-// returns ErrCleanupBusy at once if another cleanup holds it. The store must be built on a
-// *pgxpool.Pool or a *pgx.Conn. Should releasing the lock fail, a pool's connection is closed,
-// which releases it; a *pgx.Conn of yours keeps it until you close the connection.
+// returns ErrCleanupBusy at once if another cleanup holds it. Should releasing the lock fail,
+// the connection is closed, which releases it.
 //
 // A row deleted while a copy of its message can still arrive lets that copy be processed
 // again: choose olderThan longer than the longest redelivery path (docs/operating.md).
@@ -240,26 +238,18 @@ func (s *PgxStore) Cleanup(ctx context.Context, olderThan time.Duration, config 
 	if err := prepareCleanup(olderThan, &config); err != nil {
 		return 0, err
 	}
-	switch db := s.db.(type) {
-	case *pgxpool.Pool:
-		conn, err := db.Acquire(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("sqlinbox: cleanup: acquire a connection: %w", err)
-		}
-		deleted, broken, err := s.sql.cleanup.pass(ctx, pgxSession{conn.Conn()}, olderThan, config)
-		if broken {
-			// Closing the connection ends the session and with it the lock.
-			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
-		} else {
-			conn.Release()
-		}
-		return deleted, err
-	case *pgx.Conn:
-		deleted, _, err := s.sql.cleanup.pass(ctx, pgxSession{db}, olderThan, config)
-		return deleted, err
-	default:
-		return 0, errors.New("sqlinbox: cleanup needs a store built on a *pgxpool.Pool or a *pgx.Conn")
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sqlinbox: cleanup: acquire a connection: %w", err)
 	}
+	deleted, broken, err := s.sql.cleanup.pass(ctx, pgxSession{conn.Conn()}, olderThan, config)
+	if broken {
+		// Closing the connection ends the session and with it the lock.
+		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+	} else {
+		conn.Release()
+	}
+	return deleted, err
 }
 
 // CountExpired returns the number of claims older than olderThan: what Cleanup would delete
@@ -268,18 +258,12 @@ func (s *PgxStore) CountExpired(ctx context.Context, olderThan time.Duration) (i
 	if err := validateOlderThan(olderThan); err != nil {
 		return 0, err
 	}
-	q, ok := s.db.(interface {
-		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	})
-	if !ok {
-		return 0, errors.New("sqlinbox: count expired claims: the store's db cannot run a query")
-	}
 	args, err := s.sql.cleanup.args(olderThan, 0)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
-	if err := q.QueryRow(ctx, s.sql.cleanup.expired, args...).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.cleanup.expired, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlinbox: count expired claims: %w", err)
 	}
 	return n, nil

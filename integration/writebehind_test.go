@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
+)
+
+// writeBehindHandler queues the business row: in write-behind mode the handler has no
+// transaction, on any store.
+func (b *backend) writeBehindHandler(t *testing.T, consumer string, key func(msg *message.Message) string) message.HandlerFunc {
+	t.Helper()
+	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: consumer, WriteBehind: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := b.placeholders("INSERT INTO " + b.business + " (consumer, msg_key) VALUES (?, ?)")
+	return mw(func(msg *message.Message) ([]*message.Message, error) {
+		if _, ok := b.inTx(msg.Context()); ok {
+			return nil, errors.New("write-behind handler got a transaction")
+		}
+		return nil, inbox.Queue(msg.Context(), insert, consumer, key(msg))
+	})
+}
+
+func ownKey(msg *message.Message) string { return msg.UUID }
+
+// Copies of 300 messages delivered at once from 8 goroutines: one claim and one business row
+// per message, on every store.
+func TestWriteBehindConcurrentCopies(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		const messages, workers = 300, 8
+		h := b.writeBehindHandler(t, "billing", ownKey)
+		var deliveries []string
+		for range messages {
+			key := watermill.NewUUID()
+			for range 1 + rand.IntN(3) {
+				deliveries = append(deliveries, key)
+			}
+		}
+		rand.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+		queue := make(chan string)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var nacks []error
+		for range workers {
+			wg.Go(func() {
+				for key := range queue {
+					n := deliverUntilAcked(t, h, key)
+					mu.Lock()
+					nacks = append(nacks, n...)
+					mu.Unlock()
+				}
+			})
+		}
+		for _, key := range deliveries {
+			queue <- key
+		}
+		close(queue)
+		wg.Wait()
+		wantRows(t, "distinct invoiced messages", b.rows(t, "(SELECT DISTINCT msg_key FROM "+b.business+") d", ""), messages)
+		wantRows(t, "messages invoiced other than once", b.rows(t,
+			"(SELECT msg_key FROM "+b.business+" GROUP BY msg_key HAVING COUNT(*) <> 1) d", ""), 0)
+		wantRows(t, "claims", b.rows(t, b.table, ""), messages)
+		checkNacksRetriable(t, b, nacks)
+	})
+}
+
+// A unique violation of a queued write is the handler's error, never a duplicate: the
+// message is nacked and nothing commits, however the store detects duplicates.
+func TestWriteBehindUniqueViolationOfAQueuedWriteIsAnError(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		mustExec(t, b.direct, "CREATE UNIQUE INDEX "+b.business+"_key ON "+b.business+" (msg_key)")
+		mustExec(t, b.direct, "INSERT INTO "+b.business+" (consumer, msg_key) VALUES ('earlier', 'taken')")
+		h := b.writeBehindHandler(t, "billing", func(*message.Message) string { return "taken" })
+		key := watermill.NewUUID()
+		if err := deliver(context.Background(), h, key); err == nil {
+			t.Fatal("the queued write's unique violation was acked")
+		}
+		wantRows(t, "claims", b.rows(t, b.table, ""), 0)
+		wantRows(t, "business rows", b.rows(t, b.business, ""), 1)
+	})
+}
+
+// A copy whose claim arrives while another transaction holds the key waits for it: that
+// transaction's commit makes the copy a duplicate whose writes are discarded, its rollback
+// lets the copy's claim and writes commit.
+func TestWriteBehindCopyWaitsForTheKeysHolder(t *testing.T) {
+	for _, name := range []string{"pgx/postgres", "database-sql/postgres"} {
+		for _, holderCommits := range []bool{true, false} {
+			end := map[bool]string{true: "commit", false: "rollback"}[holderCommits]
+			t.Run(name+"/holder "+end+"s", func(t *testing.T) {
+				b := backends[name](t)
+				ctx := context.Background()
+				holder, err := pgx.Connect(ctx, testenv.PostgresURL(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = holder.Close(context.WithoutCancel(ctx)) })
+				key := watermill.NewUUID()
+				tx, err := holder.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, `INSERT INTO "`+b.table+`" (consumer, message_id) VALUES ('billing', $1)`, key); err != nil {
+					t.Fatal(err)
+				}
+
+				h := b.writeBehindHandler(t, "billing", ownKey)
+				done := make(chan error, 1)
+				go func() { done <- deliver(ctx, h, key) }()
+				waitForLockWaiter(t, b.direct, b.table, done)
+				if holderCommits {
+					err = tx.Commit(ctx)
+				} else {
+					err = tx.Rollback(ctx)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					t.Fatalf("the copy was nacked: %v", err)
+				}
+				wantRows(t, "claims", b.rows(t, b.table, ""), 1)
+				wantRows(t, "the copy's business rows", b.invoices(t, "billing", key), map[bool]int{true: 0, false: 1}[holderCommits])
+			})
+		}
+	}
+}
+
+// waitForLockWaiter polls, outside any transaction (whose statistics snapshot would never
+// change), until a session waits for a lock on a statement naming table, with a deadline. A
+// delivery that ends first did not wait: it fails the test.
+func waitForLockWaiter(t *testing.T, direct runner, table string, delivered <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		waiting, err := direct.count(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || ? || '%'`, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			return
+		}
+		select {
+		case err := <-delivered:
+			t.Fatalf("the copy did not wait for the key's holder: delivered with error %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the copy's claim never waited for the key's holder")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
