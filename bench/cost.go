@@ -37,11 +37,6 @@ const (
 // default) and stores the fingerprint with the claim, so its size is part of the cost.
 var benchPayload = message.Payload(`{"customer":"acme","amount_cents":1234,"currency":"EUR","lines":[{"sku":"A-1","qty":2}]}`)
 
-// writeBehind returns the inbox middleware in write-behind mode (the handler runs first and
-// only queues its writes; on pgx the claim, the writes and COMMIT go in one batch), or nil
-// where the library has no such mode.
-var writeBehind func(store inbox.Store) (message.HandlerMiddleware, error)
-
 // backend is one database, reached at one round-trip time, with a business table, an inbox
 // store and the table of a hand-written inbox.
 type backend struct {
@@ -59,6 +54,8 @@ type backend struct {
 	handWritten func(ctx context.Context, id string) (bool, error)
 	// inTx runs the business INSERT in the inbox transaction of ctx (TxFromContext).
 	inTx func(ctx context.Context, id string) error
+	// rows counts the business rows.
+	rows func(ctx context.Context) (n int64, err error)
 }
 
 const invoiceDDL = `CREATE TABLE %s (id %s PRIMARY KEY, customer %s NOT NULL, amount_cents BIGINT NOT NULL)`
@@ -104,6 +101,9 @@ func pgBackend(ctx context.Context, e *env, pool *pgxpool.Pool, delay time.Durat
 			_, err := tx.Exec(ctx, b.insert, id, customer, amountCents)
 			return err
 		})
+	}
+	b.rows = func(ctx context.Context) (n int64, err error) {
+		return n, pool.QueryRow(ctx, "SELECT count(*) FROM "+invoices).Scan(&n)
 	}
 	b.inTx = func(ctx context.Context, id string) error {
 		tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
@@ -159,6 +159,9 @@ func sqlBackend(ctx context.Context, e *env, name string) (*backend, error) {
 			return err
 		})
 	}
+	b.rows = func(ctx context.Context) (n int64, err error) {
+		return n, db.QueryRowContext(ctx, "SELECT count(*) FROM "+invoices).Scan(&n)
+	}
 	b.inTx = func(ctx context.Context, id string) error {
 		tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 		if !ok {
@@ -181,14 +184,14 @@ func sqlTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// variants returns the cost scenario's variants on b; each round checks that the business
-// INSERT ran once per first delivery and never for a duplicate.
+// variants returns the cost scenario's variants on b; each round checks that the handler ran
+// once per first delivery, and that duplicates wrote no business row.
 func (b *backend) variants(ctx context.Context, d time.Duration) ([]variant, error) {
 	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: benchConsumer}, nil)
 	if err != nil {
 		return nil, err
 	}
-	var handRuns, txRuns, queueRuns, wbRuns, dupRuns atomic.Int64
+	var handRuns, txRuns, queueRuns, wbRuns atomic.Int64
 	counted := func(runs *atomic.Int64, h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			runs.Add(1)
@@ -199,7 +202,7 @@ func (b *backend) variants(ctx context.Context, d time.Duration) ([]variant, err
 	queue := func(msg *message.Message) ([]*message.Message, error) {
 		return nil, inbox.Queue(msg.Context(), b.insert, msg.UUID, customer, amountCents)
 	}
-	all, none := func(n int64) int64 { return n }, func(int64) int64 { return 0 }
+	all := func(n int64) int64 { return n }
 	vs := []variant{
 		timedVariant(vBusiness, d, func(ctx context.Context, _ int) error { return b.business(ctx, watermill.NewUUID()) }),
 		countedVariant(vHand, d, func(ctx context.Context, _ int) error {
@@ -212,24 +215,30 @@ func (b *backend) variants(ctx context.Context, d time.Duration) ([]variant, err
 		countedVariant(vTx, d, handlerOp(mw(counted(&txRuns, inTx)), freshKey), &txRuns, all),
 		countedVariant(vQueue, d, handlerOp(mw(counted(&queueRuns, queue)), freshKey), &queueRuns, all),
 	}
-	// Duplicates go to the write-behind handler where there is one: its duplicates are the
-	// ones with a round-trip target.
-	dupMW, dupHandler := mw, inTx
-	if writeBehind != nil {
-		wb, err := writeBehind(b.store)
-		if err != nil {
-			return nil, err
-		}
-		vs = append(vs, countedVariant(vWB, d, handlerOp(wb(counted(&wbRuns, queue)), freshKey), &wbRuns, all))
-		dupMW, dupHandler = wb, queue
+	// Write-behind: the handler runs first and only queues its writes, which a duplicate
+	// discards. Duplicates go to it: its duplicates are the ones with a round-trip target.
+	wb, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: benchConsumer, WriteBehind: true}, nil)
+	if err != nil {
+		return nil, err
 	}
-	dupH := dupMW(counted(&dupRuns, dupHandler))
-	keys, err := seedKeys(ctx, dupH, 1000, 8)
+	vs = append(vs, countedVariant(vWB, d, handlerOp(wb(counted(&wbRuns, queue)), freshKey), &wbRuns, all))
+	keys, err := seedKeys(ctx, wb(queue), 1000, 8)
 	if err != nil {
 		return nil, fmt.Errorf("seed duplicates: %w", err)
 	}
-	dupRuns.Store(0)
-	return append(vs, countedVariant(vDup, d, handlerOp(dupH, func(int) string { return keys.key() }), &dupRuns, none)), nil
+	dup := handlerOp(wb(queue), func(int) string { return keys.key() })
+	return append(vs, variant{name: vDup, op: dup, run: func(ctx context.Context, workers int) (roundResult, error) {
+		before, err := b.rows(ctx)
+		if err != nil {
+			return roundResult{}, err
+		}
+		res, err := runFor(ctx, workers, d, nil, dup)
+		after, countErr := b.rows(ctx)
+		if err = errors.Join(err, countErr); err == nil && after != before {
+			err = fmt.Errorf("%d duplicates wrote %d business rows", res.msgs, after-before)
+		}
+		return res, err
+	}}), nil
 }
 
 // handlerOp delivers one message with key(worker) as its UUID to h.
@@ -347,9 +356,7 @@ func (b *backend) measure(ctx context.Context, e *env, rep *report) error {
 		}
 		at := at{scenario: "cost", db: b.db, delay: b.delay, rtt: b.rtt, workers: workers}
 		rep.add(at, names, results, 0)
-		if writeBehind != nil {
-			rep.addDerived(at, dWBvsHand, ratios(results[4], results[1]))
-		}
+		rep.addDerived(at, dWBvsHand, ratios(results[4], results[1]))
 	}
 	return nil
 }

@@ -106,7 +106,7 @@ var scenarios = []struct{ name, title, description string }{
 			"*inbox, TxFromContext*: the middleware claims, the handler INSERTs through `inbox.TxFromContext`. " +
 			"*inbox, Queue*: the handler queues the INSERT with `inbox.Queue`; it travels with COMMIT. " +
 			"*inbox, WriteBehind*: `inbox.Config{WriteBehind: true}`; the handler runs first and queues the INSERT, and on pgx BEGIN, the claim, the INSERT and COMMIT go in one batch. " +
-			"*inbox, duplicates only*: every message's key is already committed (the WriteBehind handler where there is one); the handler must not run. " +
+			"*inbox, duplicates only*: every message's key is already committed, sent to the WriteBehind handler, which runs first; its queued INSERT must not apply (each round counts the business rows). " +
 			"Ratios are to *business alone* in the same round. Round trips are writes to the database's socket per message."},
 	{"router", "2. Through a Watermill router (gochannel)",
 		"K workers = K topics with one handler each (gochannel with `BlockPublishUntilSubscriberAck` has one message per topic in flight). " +
