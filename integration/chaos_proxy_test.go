@@ -42,9 +42,12 @@ type faultProxy struct {
 }
 
 // wireProtocol reads one client frame: its bytes, whether it is a COMMIT, and whether the
-// handshake is over (no fault is injected before).
+// handshake is over (no fault is injected before). endsPipeline says whether the server
+// acts on what it has received once it has frame: a COMMIT sent in a pipeline runs only
+// when the Sync that ends the pipeline arrives.
 type wireProtocol interface {
 	next(r *bufio.Reader) (frame []byte, commit, ready bool, err error)
+	endsPipeline(frame []byte) bool
 }
 
 func startFaultProxy(t *testing.T, target string, newProtocol func() wireProtocol, pBeforeCommit, pDuringCommit, pStatement float64) *faultProxy {
@@ -105,21 +108,30 @@ func (p *faultProxy) serve(client net.Conn, protocol wireProtocol) {
 	}()
 
 	r := bufio.NewReaderSize(client, 64<<10)
+	cutAfterPipeline := false // a COMMIT in a pipeline was chosen to be cut during
 	for {
 		frame, commit, ready, err := protocol.next(r)
 		if err != nil {
 			return
 		}
-		if ready && p.armed.Load() {
+		if cutAfterPipeline && protocol.endsPipeline(frame) {
+			if _, err := server.Write(frame); err == nil {
+				p.cutDuringCommit.Add(1)
+			}
+			return
+		}
+		if ready && p.armed.Load() && !cutAfterPipeline {
 			switch {
 			case commit && chance(p.pBeforeCommit):
 				p.cutBeforeCommit.Add(1)
 				return
-			case commit && chance(p.pDuringCommit):
+			case commit && chance(p.pDuringCommit) && protocol.endsPipeline(frame):
 				if _, err := server.Write(frame); err == nil {
 					p.cutDuringCommit.Add(1)
 				}
 				return
+			case commit && chance(p.pDuringCommit):
+				cutAfterPipeline = true // forward up to the Sync, then cut
 			case !commit && chance(p.pStatement):
 				p.cutAtStatement.Add(1)
 				return
@@ -135,8 +147,12 @@ func chance(p float64) bool { return p > 0 && rand.Float64() < p }
 
 // postgresWire is the PostgreSQL frontend protocol: untyped startup packets (SSLRequest,
 // GSSENCRequest, StartupMessage), then frames of a type byte and a length. COMMIT is a
-// simple Query frame, which is how pgx (and database/sql through pgx's stdlib) sends it.
-type postgresWire struct{ started bool }
+// simple Query frame, as pgx's Tx.Commit sends it, or the Bind of a statement whose Parse
+// said COMMIT, as in the pipelined batches of the pgx store.
+type postgresWire struct {
+	started bool
+	commits map[string]bool // prepared statement names whose text is COMMIT
+}
 
 const maxFrame = 1 << 28
 
@@ -175,10 +191,27 @@ func (w *postgresWire) next(r *bufio.Reader) ([]byte, bool, bool, error) {
 	if _, err := io.ReadFull(r, frame[5:]); err != nil {
 		return nil, false, false, err
 	}
-	commit := head[0] == 'Q' && isCommit(string(frame[5:]))
+	var commit bool
+	switch head[0] {
+	case 'Q':
+		commit = isCommit(string(frame[5:]))
+	case 'P': // Parse: statement name, query, ...
+		name, rest, _ := strings.Cut(string(frame[5:]), "\x00")
+		query, _, _ := strings.Cut(rest, "\x00")
+		if w.commits == nil {
+			w.commits = map[string]bool{}
+		}
+		w.commits[name] = isCommit(query)
+	case 'B': // Bind: portal name, statement name, ...
+		_, rest, _ := strings.Cut(string(frame[5:]), "\x00")
+		statement, _, _ := strings.Cut(rest, "\x00")
+		commit = w.commits[statement]
+	}
 	// 'p' (password and SASL messages) belongs to the handshake.
 	return frame, commit, head[0] != 'p', nil
 }
+
+func (w *postgresWire) endsPipeline(frame []byte) bool { return frame[0] == 'Q' || frame[0] == 'S' }
 
 // mysqlWire is the MySQL client protocol: packets of a 3-byte length and a sequence
 // number. The first client packets are the handshake; COMMIT is a COM_QUERY (0x03) packet,
@@ -203,6 +236,8 @@ func (w *mysqlWire) next(r *bufio.Reader) ([]byte, bool, bool, error) {
 	commit := ready && n > 1 && frame[4] == 0x03 && isCommit(string(frame[5:]))
 	return frame, commit, ready, nil
 }
+
+func (w *mysqlWire) endsPipeline([]byte) bool { return true }
 
 func isCommit(query string) bool {
 	return strings.EqualFold(strings.Trim(query, "\x00 \t\r\n;"), "commit")

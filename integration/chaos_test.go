@@ -28,7 +28,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// The chaos test (issue 7): 4 routers, each with its own database pool, compete for one
+// The chaos test: 4 routers, each with its own database pool, compete for one
 // durable RabbitMQ queue of orders, each order published 1-3 times in random order, while
 // handlers fail and panic, a proxy between the routers and the database cuts connections
 // before and during COMMIT and at random statements, the database server terminates inbox
@@ -78,6 +78,8 @@ type chaosDB struct {
 	// killInTx, if set, is called by the handler (chaosPKillInTx of deliveries) to kill the
 	// session the transaction runs on.
 	killInTx func(ctx context.Context, tx runner) error
+	// writeBehind runs the inbox in write-behind mode: the handler queues its invoice.
+	writeBehind bool
 }
 
 func TestChaosExactlyOneInvoicePerOrder(t *testing.T) {
@@ -88,6 +90,8 @@ func TestChaosExactlyOneInvoicePerOrder(t *testing.T) {
 		open   func(t *testing.T) *chaosDB
 	}{
 		{"pgx/postgres", orders, chaosPgx},
+		// The handler queues its invoice; claim, invoice and COMMIT travel in one batch.
+		{"pgx/postgres/write-behind", max(orders/2, 100), chaosPgxWriteBehind},
 		{"database-sql/postgres", orders, chaosStdlibPostgres},
 		{"database-sql/mariadb", max(orders/4, 100), chaosMariaDB},
 	} {
@@ -129,6 +133,12 @@ func chaosPgx(t *testing.T) *chaosDB {
 		}
 		return store
 	}
+	return db
+}
+
+func chaosPgxWriteBehind(t *testing.T) *chaosDB {
+	db := chaosPgx(t)
+	db.writeBehind = true
 	return db
 }
 
@@ -288,14 +298,23 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 		}
 	}
 
+	insert := "INSERT INTO " + db.b.business + " (consumer, msg_key) VALUES (?, ?)"
 	handle := func(msg *message.Message) error {
 		ctx := msg.Context()
 		tx, ok := db.b.inTx(ctx)
-		if !ok {
+		switch {
+		case db.writeBehind && ok:
+			return errors.New("a transaction in the context of a write-behind handler")
+		case db.writeBehind:
+			if err := inbox.Queue(ctx, db.b.placeholders(insert), "billing", msg.UUID); err != nil {
+				return err
+			}
+		case !ok:
 			return errors.New("no inbox transaction in the handler's context")
-		}
-		if err := tx.exec(ctx, "INSERT INTO "+db.b.business+" (consumer, msg_key) VALUES (?, ?)", "billing", msg.UUID); err != nil {
-			return err
+		default:
+			if err := tx.exec(ctx, insert, "billing", msg.UUID); err != nil {
+				return err
+			}
 		}
 		switch x := rand.Float64(); {
 		case x < chaosPHandlerError:
@@ -304,7 +323,7 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 		case x < chaosPHandlerError+chaosPPanic:
 			faults.panics.Add(1)
 			panic("injected panic in the billing handler")
-		case x < chaosPHandlerError+chaosPPanic+chaosPKillInTx && db.killInTx != nil:
+		case x < chaosPHandlerError+chaosPPanic+chaosPKillInTx && db.killInTx != nil && !db.writeBehind:
 			if err := db.killInTx(ctx, tx); err != nil {
 				return err
 			}
@@ -325,7 +344,7 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 			return nil, err
 		}
 		t.Cleanup(func() { _ = sub.Close() })
-		inboxMW, err := inbox.NewMiddleware(stores[i], inbox.Config{Consumer: "billing"}, logger)
+		inboxMW, err := inbox.NewMiddleware(stores[i], inbox.Config{Consumer: "billing", WriteBehind: db.writeBehind}, logger)
 		if err != nil {
 			return nil, err
 		}

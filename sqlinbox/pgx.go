@@ -319,8 +319,8 @@ var _ inbox.StatementQueuer = (*pgxTx)(nil)
 func (t *pgxTx) Driver() any { return t.tx }
 
 // Commit sends the queued statements, the record of produced messages and COMMIT in one
-// pipelined batch: one round trip, whatever the handler queued. It always releases the
-// connection.
+// pipelined batch: one round trip, whatever the handler queued; with nothing to send but
+// COMMIT, pgx's Tx.Commit sends it. It always releases the connection.
 func (t *pgxTx) Commit(ctx context.Context, produced []byte) error {
 	defer t.conn.Release()
 	c := t.conn.Conn()
@@ -328,6 +328,9 @@ func (t *pgxTx) Commit(ctx context.Context, produced []byte) error {
 		return fmt.Errorf("%w: commit", inbox.ErrTxEndedByHandler)
 	}
 	queued := t.take()
+	if len(queued) == 0 && produced == nil {
+		return pgxEnded(t.tx.Commit(ctx))
+	}
 	if err := t.store.prepareNamed(ctx, c, []string{t.store.sql.record, sqlCommit}, queued); err != nil {
 		return endFailed(ctx, c, err)
 	}
@@ -348,7 +351,11 @@ func (t *pgxTx) Commit(ctx context.Context, produced []byte) error {
 // Rollback ends the transaction and releases the connection.
 func (t *pgxTx) Rollback(ctx context.Context) error {
 	defer t.conn.Release()
-	err := t.tx.Rollback(ctx)
+	return pgxEnded(t.tx.Rollback(ctx))
+}
+
+// pgxEnded marks the error of a transaction the handler already committed or rolled back.
+func pgxEnded(err error) error {
 	if errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("%w: %w", inbox.ErrTxEndedByHandler, err)
 	}
