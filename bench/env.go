@@ -76,7 +76,7 @@ func openEnv(ctx context.Context, o options) (_ *env, err error) {
 	if e.pg, err = e.pgPool(ctx, 0); err != nil {
 		return nil, fmt.Errorf("PostgreSQL (required) at %s: %w", o.postgres, err)
 	}
-	if err := e.pg.QueryRow(ctx, `SELECT version()`).Scan(&e.pgInfo); err != nil {
+	if err := e.pg.QueryRow(ctx, `SELECT 'PostgreSQL ' || current_setting('server_version')`).Scan(&e.pgInfo); err != nil {
 		return nil, err
 	}
 	if o.mysql != "off" && o.mysql != "" {
