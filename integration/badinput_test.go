@@ -35,8 +35,11 @@ type badInputCase struct {
 	// committed: the first delivery's claim and invoice are committed (even if it failed).
 	committed bool
 	// redelivery: "processed" (the handler runs and commits), "duplicate" (acked, handler
-	// skipped), or "rejected" (fails again with wantErr).
+	// skipped, or in write-behind mode run with its writes discarded), or "rejected" (fails
+	// again with wantErr).
 	redelivery string
+	// needsTx: the case is about the handler's transaction, which write-behind mode has not.
+	needsTx bool
 }
 
 var errAfterWrite = errors.New("handler failed after writing its invoice")
@@ -112,7 +115,7 @@ func badInputCases() []badInputCase {
 			after: func(ctx context.Context, _ context.CancelFunc, _ *message.Message) error {
 				return endInboxTx(ctx, true)
 			},
-			wantErr: inbox.ErrTxEndedByHandler, committed: true, redelivery: "duplicate",
+			wantErr: inbox.ErrTxEndedByHandler, committed: true, redelivery: "duplicate", needsTx: true,
 		},
 		{
 			name: "handler that rolls back the inbox transaction is ErrTxEndedByHandler",
@@ -120,7 +123,7 @@ func badInputCases() []badInputCase {
 			after: func(ctx context.Context, _ context.CancelFunc, _ *message.Message) error {
 				return endInboxTx(ctx, false)
 			},
-			wantErr: inbox.ErrTxEndedByHandler, redelivery: "processed",
+			wantErr: inbox.ErrTxEndedByHandler, redelivery: "processed", needsTx: true,
 		},
 		{
 			name: "context cancelled mid-handler, handler returns the context error",
@@ -146,103 +149,122 @@ func badInputCases() []badInputCase {
 	}
 }
 
-// TestBadInputIsNackedOrProcessedNormally runs every bad-input case on every store.
+// TestBadInputIsNackedOrProcessedNormally runs every bad-input case on every store, in both
+// modes.
 func TestBadInputIsNackedOrProcessedNormally(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b *backend) {
-		for i, tc := range badInputCases() {
-			t.Run(tc.name, func(t *testing.T) {
-				consumer := fmt.Sprintf("bad_input_%d", i)
-				runs := 0
-				mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: consumer}, nil)
-				if err != nil {
-					t.Fatal(err)
+	for _, writeBehind := range []bool{false, true} {
+		t.Run(map[bool]string{false: "claim-first", true: "write-behind"}[writeBehind], func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, b *backend) { testBadInput(t, b, writeBehind) })
+		})
+	}
+}
+
+func testBadInput(t *testing.T, b *backend, writeBehind bool) {
+	for i, tc := range badInputCases() {
+		if tc.needsTx && writeBehind {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			consumer := fmt.Sprintf("bad_input_%d", i)
+			runs := 0
+			mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: consumer, WriteBehind: writeBehind}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cancel context.CancelFunc
+			var after func(context.Context, context.CancelFunc, *message.Message) error
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				runs++
+				ctx := msg.Context()
+				if key, ok := inbox.KeyFromContext(ctx); !ok || key != msg.UUID {
+					return nil, fmt.Errorf("KeyFromContext = %q, %v; want the UUID %q", key, ok, msg.UUID)
 				}
-				var cancel context.CancelFunc
-				var after func(context.Context, context.CancelFunc, *message.Message) error
-				h := mw(func(msg *message.Message) ([]*message.Message, error) {
-					runs++
-					ctx := msg.Context()
-					if key, ok := inbox.KeyFromContext(ctx); !ok || key != msg.UUID {
-						return nil, fmt.Errorf("KeyFromContext = %q, %v; want the UUID %q", key, ok, msg.UUID)
-					}
-					r, ok := b.inTx(ctx)
-					if !ok {
-						return nil, errors.New("no inbox transaction in the handler's context")
-					}
-					if err := r.exec(ctx, "INSERT INTO "+b.business+" (consumer, msg_key) VALUES (?, ?)", consumer, msg.UUID); err != nil {
+				insert := "INSERT INTO " + b.business + " (consumer, msg_key) VALUES (?, ?)"
+				r, ok := b.inTx(ctx)
+				switch {
+				case writeBehind && ok:
+					return nil, errors.New("a transaction in a write-behind handler's context")
+				case writeBehind:
+					if err := inbox.Queue(ctx, b.placeholders(insert), consumer, msg.UUID); err != nil {
 						return nil, err
 					}
-					if after != nil {
-						return nil, after(ctx, cancel, msg)
-					}
-					return nil, nil
-				})
-
-				// First delivery, in a context the case may cancel.
-				msg := tc.msg()
-				ctx, c := context.WithCancel(context.Background())
-				defer c()
-				cancel, after = c, tc.after
-				msg.SetContext(ctx)
-				_, err = h(msg)
-				claims := b.rows(t, b.table, "WHERE consumer = ?", consumer)
-				invoices := b.rows(t, b.business, "WHERE consumer = ?", consumer)
-				switch {
-				case err == nil && (tc.wantErr != nil || tc.anyErr):
-					t.Fatalf("first delivery acked (nil error), want %v; claims %d, invoices %d", tc.wantErr, claims, invoices)
-				case err != nil && tc.wantErr == nil && !tc.anyErr:
-					t.Fatalf("first delivery: %v, want success", err)
-				case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
-					t.Fatalf("first delivery: err = %v, want one wrapping %v", err, tc.wantErr)
-				}
-				if err != nil {
-					t.Logf("nack: %v", err)
-				}
-				if err == nil && claims != 1 {
-					t.Fatalf("acked with %d claims: an ack without a claim", claims)
-				}
-				want := 0
-				if tc.committed {
-					want = 1
-				}
-				wantRows(t, "claims after the first delivery", claims, want)
-				wantRows(t, "invoices after the first delivery", invoices, want)
-
-				// Redelivery, as the broker does after a nack (or again after an ack).
-				runsBefore := runs
-				after = nil
-				redelivered := message.NewMessage(msg.UUID, msg.Payload)
-				redelivered.Metadata = maps.Clone(msg.Metadata)
-				_, err = h(redelivered)
-				switch tc.redelivery {
-				case "rejected":
-					if !errors.Is(err, tc.wantErr) {
-						t.Errorf("redelivery: err = %v, want %v", err, tc.wantErr)
-					}
-					if runs != runsBefore {
-						t.Errorf("the handler ran for a rejected key")
-					}
-					wantRows(t, "claims after the redelivery", b.rows(t, b.table, "WHERE consumer = ?", consumer), 0)
-					wantRows(t, "invoices after the redelivery", b.rows(t, b.business, "WHERE consumer = ?", consumer), 0)
-				case "processed", "duplicate":
-					if err != nil {
-						t.Fatalf("redelivery: %v", err)
-					}
-					wantRuns := runsBefore + 1
-					if tc.redelivery == "duplicate" {
-						wantRuns = runsBefore
-					}
-					if runs != wantRuns {
-						t.Errorf("handler runs after the redelivery: %d, want %d", runs, wantRuns)
-					}
-					wantRows(t, "claims after the redelivery", b.claims(t, consumer, msg.UUID), 1)
-					wantRows(t, "invoices after the redelivery", b.invoices(t, consumer, msg.UUID), 1)
+				case !ok:
+					return nil, errors.New("no inbox transaction in the handler's context")
 				default:
-					t.Fatalf("unknown redelivery %q", tc.redelivery)
+					if err := r.exec(ctx, insert, consumer, msg.UUID); err != nil {
+						return nil, err
+					}
 				}
+				if after != nil {
+					return nil, after(ctx, cancel, msg)
+				}
+				return nil, nil
 			})
-		}
-	})
+
+			// First delivery, in a context the case may cancel.
+			msg := tc.msg()
+			ctx, c := context.WithCancel(context.Background())
+			defer c()
+			cancel, after = c, tc.after
+			msg.SetContext(ctx)
+			_, err = h(msg)
+			claims := b.rows(t, b.table, "WHERE consumer = ?", consumer)
+			invoices := b.rows(t, b.business, "WHERE consumer = ?", consumer)
+			switch {
+			case err == nil && (tc.wantErr != nil || tc.anyErr):
+				t.Fatalf("first delivery acked (nil error), want %v; claims %d, invoices %d", tc.wantErr, claims, invoices)
+			case err != nil && tc.wantErr == nil && !tc.anyErr:
+				t.Fatalf("first delivery: %v, want success", err)
+			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
+				t.Fatalf("first delivery: err = %v, want one wrapping %v", err, tc.wantErr)
+			}
+			if err != nil {
+				t.Logf("nack: %v", err)
+			}
+			if err == nil && claims != 1 {
+				t.Fatalf("acked with %d claims: an ack without a claim", claims)
+			}
+			want := 0
+			if tc.committed {
+				want = 1
+			}
+			wantRows(t, "claims after the first delivery", claims, want)
+			wantRows(t, "invoices after the first delivery", invoices, want)
+
+			// Redelivery, as the broker does after a nack (or again after an ack).
+			runsBefore := runs
+			after = nil
+			redelivered := message.NewMessage(msg.UUID, msg.Payload)
+			redelivered.Metadata = maps.Clone(msg.Metadata)
+			_, err = h(redelivered)
+			switch tc.redelivery {
+			case "rejected":
+				if !errors.Is(err, tc.wantErr) {
+					t.Errorf("redelivery: err = %v, want %v", err, tc.wantErr)
+				}
+				if runs != runsBefore {
+					t.Errorf("the handler ran for a rejected key")
+				}
+				wantRows(t, "claims after the redelivery", b.rows(t, b.table, "WHERE consumer = ?", consumer), 0)
+				wantRows(t, "invoices after the redelivery", b.rows(t, b.business, "WHERE consumer = ?", consumer), 0)
+			case "processed", "duplicate":
+				if err != nil {
+					t.Fatalf("redelivery: %v", err)
+				}
+				wantRuns := runsBefore + 1
+				if tc.redelivery == "duplicate" && !writeBehind {
+					wantRuns = runsBefore
+				}
+				if runs != wantRuns {
+					t.Errorf("handler runs after the redelivery: %d, want %d", runs, wantRuns)
+				}
+				wantRows(t, "claims after the redelivery", b.claims(t, consumer, msg.UUID), 1)
+				wantRows(t, "invoices after the redelivery", b.invoices(t, consumer, msg.UUID), 1)
+			default:
+				t.Fatalf("unknown redelivery %q", tc.redelivery)
+			}
+		})
+	}
 }
 
 // endInboxTx commits or rolls back the inbox transaction from inside the handler, which the
