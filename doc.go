@@ -47,6 +47,24 @@
 // them again with their original UUIDs, and consumers downstream deduplicate them. They are
 // published at least once, never lost.
 //
+// A handler that publishes itself (components/cqrs buses, a publisher called from the
+// handler) does so through a Publisher: inside an inbox handler it records the messages
+// with the claim instead of publishing them, and the middleware publishes them after the
+// commit, and again for every duplicate. A handler that fails after publishing sends
+// nothing.
+//
+// # Write-behind mode
+//
+// Config.WriteBehind runs the handler before the claim. The handler gets no transaction
+// (TxFromContext reports ok == false); it queues its writes with Queue. The claim, the
+// queued writes and COMMIT are then sent together: one round trip on a sqlinbox.PgxStore.
+// A key that is committed already discards what the handler queued and published.
+//
+// # Observability
+//
+// OpenTelemetry metrics (Config.MeterProvider, the Metric names) and spans
+// (Config.TracerProvider, the Span names), both defaulting to the global providers.
+//
 // # Keys and fingerprints
 //
 // The key is msg.UUID unless Config.Key says otherwise (KeyFromMetadata for a business
