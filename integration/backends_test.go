@@ -62,12 +62,15 @@ var backends = map[string]newBackend{
 	"database-sql/sqlite":   sqliteBackend,
 }
 
-func pgxBackend(t *testing.T) *backend {
+func pgxBackend(t *testing.T) *backend { return pgxBackendWith(t) }
+
+// pgxBackendWith is pgxBackend with the store's pool configured by configure.
+func pgxBackendWith(t *testing.T, configure ...func(*pgxpool.Config)) *backend {
 	ctx := context.Background()
 	directURL := testenv.PostgresURL(t)
 	proxy := startProxy(t, hostOf(t, directURL))
 	direct := openPgxPool(t, directURL)
-	proxied := openPgxPool(t, withHost(t, directURL, proxy.Addr()))
+	proxied := openPgxPool(t, withHost(t, directURL, proxy.Addr()), configure...)
 
 	table := testenv.Name("inbox")
 	store, err := sqlinbox.NewPgx(proxied, sqlinbox.Config{Table: table})
