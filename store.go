@@ -5,7 +5,8 @@ import "context"
 // Store opens the transaction in which a message is claimed. The stores in the sqlinbox
 // package implement it for pgx and database/sql; a Store of your own must keep the same
 // promise: the claim is an insert into a table whose primary key is (consumer, key), and a
-// conflict on that key is the only thing that makes a claim a duplicate.
+// conflict on that key is the only thing that makes a claim a duplicate. Run the
+// conformance suite in package inboxtest on it.
 type Store interface {
 	// Claim begins a transaction and inserts the claim in it, skipping a conflict on
 	// (consumer, key).
@@ -15,6 +16,7 @@ type Store interface {
 	// what that row recorded in prior, with the transaction already ended and tx nil. A copy
 	// of the key that another transaction holds but has not committed makes Claim wait for
 	// that transaction: its commit makes this claim a duplicate, its rollback makes it new.
+	// An error leaves no transaction open.
 	Claim(ctx context.Context, claim Claim) (tx Tx, prior *Processed, err error)
 }
 
@@ -36,15 +38,25 @@ type Processed struct {
 }
 
 // Tx is a transaction opened by Store.Claim.
+//
+// The middleware calls exactly one of Commit and Rollback, once, after the handler returns,
+// and nothing after it. Each of them ends the transaction whatever it returns: when either
+// returns, with or without an error, the transaction holds no lock and no connection, and
+// the claim is committed or released (a COMMIT whose reply was lost may have done either;
+// the next delivery finds out which, as a duplicate or as a new claim). A Commit that
+// fails before COMMIT is sent rolls back. The conformance suite in package inboxtest checks
+// this contract on a real database.
 type Tx interface {
 	// Driver returns the driver's transaction (pgx.Tx, *sql.Tx) that handlers write
-	// through; TxFromContext hands it out.
+	// through; TxFromContext hands it out. It is valid until Commit or Rollback.
 	Driver() any
 	// Commit stores produced (nil: nothing) with the claim and commits, making the claim
 	// and everything written through Driver durable together. A transaction the handler
-	// ended itself gives an error wrapping ErrTxEndedByHandler.
+	// ended itself gives an error wrapping ErrTxEndedByHandler. Commit ends the
+	// transaction even when it fails.
 	Commit(ctx context.Context, produced []byte) error
-	// Rollback releases the claim and discards everything written through Driver.
+	// Rollback releases the claim and discards everything written through Driver. It ends
+	// the transaction even when it fails.
 	Rollback(ctx context.Context) error
 }
 

@@ -42,8 +42,10 @@ type backend struct {
 	inTx func(ctx context.Context) (runner, bool)
 	// newStore builds another store on the same database (and proxy).
 	newStore func(config sqlinbox.Config) (inbox.Store, error)
-	// commitFaults, called inside a handler, each make the coming COMMIT fail.
-	commitFaults map[string]func(ctx context.Context) error
+	// commitFaults, called inside a handler, each make the coming COMMIT fail;
+	// queuedCommitFaults do when queued with inbox.Queue (written with ?).
+	commitFaults       map[string]func(ctx context.Context) error
+	queuedCommitFaults map[string]inbox.Statement
 	// outage makes the database unavailable to the store until restore is called.
 	outage func() (restore func())
 	// placeholders rewrites a statement written with ? for the driver.
@@ -194,6 +196,9 @@ func sqliteBackend(t *testing.T) *backend {
 	parent, child := b.business+"_parent", b.business+"_child"
 	mustExec(t, b.direct, "CREATE TABLE "+parent+" (id INTEGER PRIMARY KEY)")
 	mustExec(t, b.direct, "CREATE TABLE "+child+" (pid INTEGER REFERENCES "+parent+"(id) DEFERRABLE INITIALLY DEFERRED)")
+	b.queuedCommitFaults = map[string]inbox.Statement{
+		"deferred foreign key fails at COMMIT": {SQL: "INSERT INTO " + child + " (pid) VALUES (42)"},
+	}
 	b.commitFaults = map[string]func(ctx context.Context) error{
 		"deferred foreign key fails at COMMIT": func(ctx context.Context) error {
 			r, _ := b.inTx(ctx)
@@ -236,6 +241,9 @@ func postgresFaults(t *testing.T, b *backend) {
 	faults := testenv.Name("faults")
 	mustExec(t, b.direct, "CREATE TABLE "+faults+" (v int, CONSTRAINT "+faults+"_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)")
 	t.Cleanup(func() { _ = b.direct.exec(context.Background(), "DROP TABLE "+faults) })
+	b.queuedCommitFaults = map[string]inbox.Statement{
+		"deferred constraint fails at COMMIT": {SQL: "INSERT INTO " + faults + " (v) VALUES (1), (1)"},
+	}
 	b.commitFaults = map[string]func(ctx context.Context) error{
 		"deferred constraint fails at COMMIT": func(ctx context.Context) error {
 			r, _ := b.inTx(ctx)

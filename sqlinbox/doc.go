@@ -4,7 +4,8 @@
 // and SQLStore for any database/sql driver (handlers get a *sql.Tx). A Dialect holds all the
 // SQL of one database, the DDL included: Postgres, MySQL (MySQL and MariaDB) and SQLite, each
 // in a file of its own. SchemaSQL returns the DDL for teams that run their own migrations.
-// Dialect's fields are exported, so a dialect can be written outside this package.
+// Dialect's fields are exported, so a dialect can be written outside this package; the
+// conformance suite in package inboxtest checks a store built on it.
 //
 // # Drivers and settings
 //

@@ -1,0 +1,597 @@
+package inboxtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+)
+
+// cases are the suite: every case runs on a fresh harness.
+var cases = []struct {
+	name string
+	run  func(t *testing.T, s *suite)
+}{
+	{"first delivery commits claim and business row together", testFirstDelivery},
+	{"sequential duplicate is skipped and not an error", testSequentialDuplicate},
+	{"concurrent copies of one message", testConcurrentCopies},
+	{"1000 messages delivered 1-3 times concurrently", testManyMessagesConcurrently},
+	{"handler error releases the claim", testHandlerError},
+	{"handler panic rolls back first", testHandlerPanic},
+	{"failed commit is a nack", testCommitFailure},
+	{"failed commits and rollbacks end their transactions", testFailuresEndTheTransaction},
+	{"two consumers each process a message once", testTwoConsumers},
+	{"bad keys and missing consumer", testBadKeys},
+	{"database outage then recovery", testOutage},
+	{"table names are validated, message data is parameterised", testInjection},
+	{"InitializeSchema is idempotent", testInitializeSchemaTwice},
+	{"keys compare byte for byte", testKeysCompareBytes},
+}
+
+// recorder counts, per key, how often the handler ran and how often it failed.
+type recorder struct {
+	mu     sync.Mutex
+	runs   map[string]int
+	failed map[string]int
+}
+
+func newRecorder() *recorder {
+	return &recorder{runs: map[string]int{}, failed: map[string]int{}}
+}
+
+func (r *recorder) ran(key string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs[key]++
+	if err != nil {
+		r.failed[key]++
+	}
+}
+
+func (r *recorder) counts(key string) (runs, failed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runs[key], r.failed[key]
+}
+
+// handler returns the inbox-wrapped handler for consumer that writes one business row per
+// message: through the transaction, or queued with inbox.Queue in write-behind mode. after,
+// if set, runs once the row is written.
+func (s *suite) handler(t *testing.T, consumer string, rec *recorder, logger watermill.LoggerAdapter,
+	after func(msg *message.Message) error,
+) message.HandlerFunc {
+	t.Helper()
+	config := s.options.Config
+	config.Consumer = consumer
+	config.Key = nil
+	mw, err := inbox.NewMiddleware(s.Store, config, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := "INSERT INTO " + s.Business + " (consumer, msg_key) VALUES (?, ?)"
+	return mw(func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		var err error
+		if s.writeBehind() {
+			err = inbox.Queue(ctx, s.placeholders(insert), consumer, msg.UUID)
+		} else if r, ok := s.InTx(ctx); !ok {
+			return nil, errors.New("no inbox transaction in the handler's context")
+		} else {
+			err = r.Exec(ctx, insert, consumer, msg.UUID)
+		}
+		if err == nil && after != nil {
+			err = after(msg)
+		}
+		if rec != nil {
+			rec.ran(msg.UUID, err)
+		}
+		return nil, err
+	})
+}
+
+func deliver(ctx context.Context, h message.HandlerFunc, key string) error {
+	msg := message.NewMessage(key, nil)
+	msg.SetContext(ctx)
+	_, err := h(msg)
+	return err
+}
+
+// deliverUntilAcked delivers key again after each error, as a broker redelivers a nacked
+// message, and returns the errors seen before the ack.
+func deliverUntilAcked(t *testing.T, h message.HandlerFunc, key string) []error {
+	t.Helper()
+	var nacks []error
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := deliver(context.Background(), h, key)
+		if err == nil {
+			return nacks
+		}
+		nacks = append(nacks, err)
+		if time.Now().After(deadline) {
+			t.Errorf("message %q still nacked after %d deliveries: %v", key, len(nacks), err)
+			return nacks
+		}
+		time.Sleep(time.Duration(len(nacks)) * 5 * time.Millisecond) // the broker's redelivery backoff
+	}
+}
+
+func (s *suite) rows(t *testing.T, table, where string, args ...any) int {
+	t.Helper()
+	n, err := s.Direct.Count(context.Background(), "SELECT COUNT(*) FROM "+table+" "+where, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (s *suite) invoices(t *testing.T, consumer, key string) int {
+	return s.rows(t, s.Business, "WHERE consumer = ? AND msg_key = ?", consumer, key)
+}
+
+func (s *suite) claims(t *testing.T, consumer, key string) int {
+	return s.rows(t, s.Table, "WHERE consumer = ? AND message_id = ?", consumer, key)
+}
+
+func wantRows(t *testing.T, what string, got, want int) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s: %d rows, want %d", what, got, want)
+	}
+}
+
+func testFirstDelivery(t *testing.T, s *suite) {
+	key := watermill.NewUUID()
+	var inside, outside int
+	var sawKey string
+	h := s.handler(t, "billing", nil, nil, func(msg *message.Message) error {
+		ctx := msg.Context()
+		sawKey, _ = inbox.KeyFromContext(ctx)
+		if s.writeBehind() {
+			return nil // the handler runs before the claim, in no transaction
+		}
+		r, _ := s.InTx(ctx)
+		var err error
+		inside, err = r.Count(ctx, "SELECT COUNT(*) FROM "+s.Table+" WHERE consumer = ? AND message_id = ?", "billing", key)
+		if err != nil {
+			return err
+		}
+		outside, err = s.Direct.Count(ctx, "SELECT COUNT(*) FROM "+s.Table+" WHERE consumer = ? AND message_id = ?", "billing", key)
+		return err
+	})
+	if err := deliver(context.Background(), h, key); err != nil {
+		t.Fatal(err)
+	}
+	if !s.writeBehind() && (inside != 1 || outside != 0) {
+		t.Errorf("during the handler the claim was seen by the handler's transaction %d times and by others %d times, want 1 and 0",
+			inside, outside)
+	}
+	if sawKey != key {
+		t.Errorf("KeyFromContext = %q, want %q", sawKey, key)
+	}
+	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+}
+
+func testSequentialDuplicate(t *testing.T, s *suite) {
+	logger := watermill.NewCaptureLogger()
+	rec := newRecorder()
+	h := s.handler(t, "billing", rec, logger, nil)
+	key := watermill.NewUUID()
+	for i := range 3 {
+		if err := deliver(context.Background(), h, key); err != nil {
+			t.Fatalf("delivery %d: %v", i+1, err)
+		}
+	}
+	if runs, _ := rec.counts(key); runs != 1 && !s.writeBehind() {
+		t.Errorf("handler ran %d times, want 1", runs)
+	}
+	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+	logs := logger.Captured()
+	if errs := logs[watermill.ErrorLogLevel]; len(errs) > 0 {
+		t.Errorf("duplicates logged as errors: %v", errs)
+	}
+	if debug := logs[watermill.DebugLogLevel]; len(debug) != 2 {
+		t.Errorf("%d debug logs, want one per duplicate (2)", len(debug))
+	}
+}
+
+func testConcurrentCopies(t *testing.T, s *suite) {
+	const goroutines, copiesEach = 8, 8
+	rec := newRecorder()
+	h := s.handler(t, "billing", rec, nil, nil)
+	key := watermill.NewUUID()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var nacks []error
+	for range goroutines {
+		wg.Go(func() {
+			<-start
+			for range copiesEach {
+				n := deliverUntilAcked(t, h, key)
+				mu.Lock()
+				nacks = append(nacks, n...)
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	runs, failed := rec.counts(key)
+	if runs-failed != 1 && !s.writeBehind() {
+		t.Errorf("handler succeeded %d times (%d runs, %d failed), want once", runs-failed, runs, failed)
+	}
+	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+	checkNacksRetriable(t, s, nacks)
+}
+
+func testManyMessagesConcurrently(t *testing.T, s *suite) {
+	const messages, workers = 1000, 16
+	rec := newRecorder()
+	h := s.handler(t, "billing", rec, nil, nil)
+	var deliveries []string
+	for range messages {
+		key := watermill.NewUUID()
+		for range 1 + rand.IntN(3) {
+			deliveries = append(deliveries, key)
+		}
+	}
+	rand.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+
+	queue := make(chan string)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var nacks []error
+	for range workers {
+		wg.Go(func() {
+			for key := range queue {
+				n := deliverUntilAcked(t, h, key)
+				mu.Lock()
+				nacks = append(nacks, n...)
+				mu.Unlock()
+			}
+		})
+	}
+	for _, key := range deliveries {
+		queue <- key
+	}
+	close(queue)
+	wg.Wait()
+
+	wantRows(t, "distinct invoiced messages", s.rows(t,
+		"(SELECT DISTINCT msg_key FROM "+s.Business+") d", ""), messages)
+	wantRows(t, "messages invoiced other than once", s.rows(t,
+		"(SELECT msg_key FROM "+s.Business+" GROUP BY msg_key HAVING COUNT(*) <> 1) d", ""), 0)
+	wantRows(t, "claims", s.rows(t, s.Table, ""), messages)
+	t.Logf("%d deliveries of %d messages, %d nacked and redelivered", len(deliveries), messages, len(nacks))
+	checkNacksRetriable(t, s, nacks)
+}
+
+// checkNacksRetriable fails on any nack that is not a race the database resolved with an
+// error (deadlock, lock timeout, busy): with no faults injected, nothing else may fail.
+func checkNacksRetriable(t *testing.T, s *suite, nacks []error) {
+	t.Helper()
+	for _, err := range nacks {
+		if !s.retriable(err) {
+			t.Errorf("unexpected nack: %v", err)
+			return
+		}
+	}
+}
+
+func testHandlerError(t *testing.T, s *suite) {
+	errPayment := errors.New("payment provider down")
+	rec := newRecorder()
+	h := s.handler(t, "billing", rec, nil, func(msg *message.Message) error {
+		if runs, _ := rec.counts(msg.UUID); runs == 0 {
+			return errPayment
+		}
+		return nil
+	})
+	key := watermill.NewUUID()
+	if err := deliver(context.Background(), h, key); !errors.Is(err, errPayment) {
+		t.Fatalf("err = %v, want the handler's error", err)
+	}
+	wantRows(t, "invoices after the error", s.invoices(t, "billing", key), 0)
+	wantRows(t, "claims after the error", s.claims(t, "billing", key), 0)
+
+	if err := deliver(context.Background(), h, key); err != nil {
+		t.Fatalf("redelivery: %v", err)
+	}
+	if runs, _ := rec.counts(key); runs != 2 {
+		t.Errorf("handler ran %d times, want 2", runs)
+	}
+	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+}
+
+func testHandlerPanic(t *testing.T, s *suite) {
+	panicked := false
+	h := s.handler(t, "billing", nil, nil, func(*message.Message) error {
+		if !panicked {
+			panicked = true
+			panic("handler bug")
+		}
+		return nil
+	})
+	key := watermill.NewUUID()
+	func() {
+		defer func() {
+			if r := recover(); r != "handler bug" {
+				t.Errorf("recovered %v, want the handler's panic", r)
+			}
+		}()
+		_ = deliver(context.Background(), h, key)
+	}()
+	wantRows(t, "invoices after the panic", s.invoices(t, "billing", key), 0)
+	wantRows(t, "claims after the panic", s.claims(t, "billing", key), 0)
+
+	if err := deliver(context.Background(), h, key); err != nil {
+		t.Fatalf("redelivery: %v", err)
+	}
+	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+}
+
+// commitFaults returns the faults that make a handler's COMMIT fail, in this mode.
+func (s *suite) commitFaults(t *testing.T) map[string]func(ctx context.Context) error {
+	t.Helper()
+	if !s.writeBehind() {
+		if len(s.CommitFaults) == 0 {
+			t.Fatal("the harness defines no commit fault")
+		}
+		return s.CommitFaults
+	}
+	if len(s.QueuedCommitFaults) == 0 {
+		t.Skip("the harness defines no QueuedCommitFaults, which write-behind mode needs")
+	}
+	faults := map[string]func(ctx context.Context) error{}
+	for name, q := range s.QueuedCommitFaults {
+		faults[name] = func(ctx context.Context) error { return inbox.Queue(ctx, s.placeholders(q.SQL), q.Args...) }
+	}
+	return faults
+}
+
+func testCommitFailure(t *testing.T, s *suite) {
+	for name, fault := range s.commitFaults(t) {
+		t.Run(name, func(t *testing.T) {
+			key := watermill.NewUUID()
+			injected := false
+			h := s.handler(t, "billing", nil, nil, func(msg *message.Message) error {
+				if injected {
+					return nil
+				}
+				injected = true
+				return fault(msg.Context())
+			})
+			err := deliver(context.Background(), h, key)
+			if err == nil {
+				t.Fatal("delivery with a failed commit returned nil: the message would be acked")
+			}
+			t.Logf("nack: %v", err)
+			wantRows(t, "invoices after the failed commit", s.invoices(t, "billing", key), 0)
+			wantRows(t, "claims after the failed commit", s.claims(t, "billing", key), 0)
+
+			deliverUntilAcked(t, h, key)
+			wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+			wantRows(t, "claims", s.claims(t, "billing", key), 1)
+		})
+	}
+}
+
+// The Tx contract: Commit ends the transaction even when it fails, and so does Rollback.
+// More failed commits and rollbacks than a pool has connections (the integration harnesses
+// use 16), then a delivery must still find a connection and the lock free.
+func testFailuresEndTheTransaction(t *testing.T, s *suite) {
+	const rounds = 20
+	errHandler := errors.New("planned failure")
+	for name, fault := range s.commitFaults(t) {
+		t.Run(name, func(t *testing.T) {
+			rollbacks, commits := 0, 0
+			h := s.handler(t, "billing", nil, nil, func(msg *message.Message) error {
+				switch {
+				case rollbacks < rounds:
+					rollbacks++
+					return errHandler
+				case commits < rounds:
+					commits++
+					return fault(msg.Context())
+				}
+				return nil
+			})
+			before := s.rows(t, s.Table, "")
+			// One deadline for all: a store that leaks transactions fails in a minute, not in
+			// a wait per delivery.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for i := range 2 * rounds {
+				if err := deliver(ctx, h, watermill.NewUUID()); err == nil {
+					t.Fatalf("delivery %d: the planned failure was acked", i+1)
+				}
+			}
+			key := watermill.NewUUID()
+			if err := deliver(ctx, h, key); err != nil {
+				t.Fatalf("after %d rolled back and %d failed commits: %v", rollbacks, commits, err)
+			}
+			wantRows(t, "claims", s.rows(t, s.Table, ""), before+1)
+			wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+		})
+	}
+}
+
+func testTwoConsumers(t *testing.T, s *suite) {
+	billing := s.handler(t, "billing", nil, nil, nil)
+	shipping := s.handler(t, "shipping", nil, nil, nil)
+	key := watermill.NewUUID()
+	for range 2 {
+		for _, h := range []message.HandlerFunc{billing, shipping} {
+			if err := deliver(context.Background(), h, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, consumer := range []string{"billing", "shipping"} {
+		wantRows(t, consumer+" invoices", s.invoices(t, consumer, key), 1)
+		wantRows(t, consumer+" claims", s.claims(t, consumer, key), 1)
+	}
+}
+
+func testBadKeys(t *testing.T, s *suite) {
+	h := s.handler(t, "billing", nil, nil, nil)
+	for _, tc := range []struct {
+		name, key string
+		want      error
+	}{
+		{"empty UUID", "", inbox.ErrEmptyKey},
+		{"one byte too long", strings.Repeat("k", inbox.MaxKeyLength+1), inbox.ErrKeyTooLong},
+		{"invalid UTF-8", "order-\xff\xfe", inbox.ErrInvalidKey},
+	} {
+		if err := deliver(context.Background(), h, tc.key); !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	wantRows(t, "claims after bad keys", s.rows(t, s.Table, ""), 0)
+	wantRows(t, "invoices after bad keys", s.rows(t, s.Business, ""), 0)
+
+	// The longest key fits the column on every database: no truncation, no error.
+	longest := strings.Repeat("é", inbox.MaxKeyLength/2) + "x"
+	if err := deliver(context.Background(), h, longest); err != nil {
+		t.Fatalf("key of %d bytes: %v", len(longest), err)
+	}
+	wantRows(t, "claims of the longest key", s.claims(t, "billing", longest), 1)
+	if err := deliver(context.Background(), h, longest); err != nil {
+		t.Fatal(err)
+	}
+	wantRows(t, "invoices of the longest key", s.invoices(t, "billing", longest), 1)
+
+	config := s.options.Config
+	config.Consumer = ""
+	noConsumer, err := inbox.NewMiddleware(s.Store, config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = noConsumer(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	if err := deliver(context.Background(), h, watermill.NewUUID()); !errors.Is(err, inbox.ErrNoConsumer) {
+		t.Errorf("no consumer: err = %v, want ErrNoConsumer", err)
+	}
+}
+
+func testOutage(t *testing.T, s *suite) {
+	if s.Outage == nil {
+		t.Skip("the harness defines no Outage")
+	}
+	rec := newRecorder()
+	h := s.handler(t, "billing", rec, nil, nil)
+	warm := watermill.NewUUID() // put connections in the pool, so the outage breaks them
+	if err := deliver(context.Background(), h, warm); err != nil {
+		t.Fatal(err)
+	}
+
+	key := watermill.NewUUID()
+	restore := s.Outage()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	err := deliver(ctx, h, key)
+	cancel()
+	restore()
+	if err == nil {
+		t.Fatal("delivery during the outage returned nil: the message would be acked unprocessed")
+	}
+	t.Logf("nack during the outage: %v", err)
+	if runs, _ := rec.counts(key); runs != 0 && !s.writeBehind() {
+		t.Errorf("handler ran %d times during the outage", runs)
+	}
+
+	deliverUntilAcked(t, h, key)
+	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+}
+
+func testInjection(t *testing.T, s *suite) {
+	for _, table := range []string{
+		"inbox; DROP TABLE " + s.Business, `inbox" (x int); --`, "inbox`", "a.b.c", "1inbox", "",
+	} {
+		if s.NewStore == nil {
+			t.Log("the harness defines no NewStore: table names not checked")
+			break
+		}
+		_, err := s.NewStore(table)
+		if table == "" {
+			if err != nil {
+				t.Errorf("empty table name (the default): %v", err)
+			}
+			continue
+		}
+		if !errors.Is(err, inbox.ErrInvalidTableName) {
+			t.Errorf("table %q: err = %v, want ErrInvalidTableName", table, err)
+		}
+	}
+
+	h := s.handler(t, "billing", nil, nil, nil)
+	for _, key := range []string{
+		"'); DROP TABLE " + s.Business + "; --",
+		`" OR 1=1; --`,
+		"`; DELETE FROM " + s.Table + "; --",
+		`\'; SELECT 1; --`,
+	} {
+		for range 2 {
+			if err := deliver(context.Background(), h, key); err != nil {
+				t.Fatalf("key %q: %v", key, err)
+			}
+		}
+		wantRows(t, fmt.Sprintf("claims of %q", key), s.claims(t, "billing", key), 1)
+		wantRows(t, fmt.Sprintf("invoices of %q", key), s.invoices(t, "billing", key), 1)
+	}
+}
+
+func testInitializeSchemaTwice(t *testing.T, s *suite) {
+	initializer, ok := s.Store.(interface{ InitializeSchema(context.Context) error })
+	if !ok {
+		t.Skipf("%T has no InitializeSchema", s.Store)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() { errs <- initializer.InitializeSchema(context.Background()) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("InitializeSchema on an existing table: %v", err)
+		}
+	}
+}
+
+// Keys that differ only in case, or only in Unicode normalisation, are different keys on
+// every database (MySQL's default collations would make them one: the columns are
+// VARBINARY there).
+func testKeysCompareBytes(t *testing.T, s *suite) {
+	rec := newRecorder()
+	h := s.handler(t, "billing", rec, nil, nil)
+	keys := []string{"Order-A", "order-a", "ORDER-A", "caf\u00e9", "cafe\u0301"}
+	for _, key := range keys {
+		if err := deliver(context.Background(), h, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range keys {
+		if runs, _ := rec.counts(key); runs != 1 {
+			t.Errorf("key %q: handler ran %d times, want 1", key, runs)
+		}
+		wantRows(t, fmt.Sprintf("claims of %q", key), s.claims(t, "billing", key), 1)
+	}
+	wantRows(t, "claims", s.rows(t, s.Table, ""), len(keys))
+}

@@ -1,0 +1,190 @@
+package sqlinbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/inboxtest"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
+)
+
+// aliasDialect is PostgreSQL written out as a dialect of one's own would be, from outside
+// the sqlinbox package: only exported fields, none copied from sqlinbox.Postgres. That it
+// passes the conformance suite shows a dialect needs nothing the package keeps to itself.
+var aliasDialect = sqlinbox.Dialect{
+	Name:            "postgres-alias",
+	ValidateTable:   sqlinbox.ValidateTableName,
+	QuoteIdentifier: func(identifier string) string { return `"` + identifier + `"` },
+	Schema: func(t sqlinbox.Table) []string {
+		return []string{
+			`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
+	consumer     varchar(255) COLLATE "C" NOT NULL,
+	message_id   varchar(255) COLLATE "C" NOT NULL,
+	processed_at timestamptz NOT NULL DEFAULT now(),
+	payload_hash bytea,
+	produced     bytea,
+	PRIMARY KEY (consumer, message_id)
+)`,
+			`CREATE INDEX IF NOT EXISTS "` + t.Name + `_at" ON ` + t.Quoted + ` (processed_at)`,
+		}
+	},
+	SchemaLock: `SELECT pg_advisory_xact_lock(4242)`,
+	Insert:     `INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
+	ClaimOrRead: `WITH claimed AS (
+	INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
+	ON CONFLICT (consumer, message_id) DO NOTHING
+	RETURNING true AS inserted
+)
+SELECT true, NULL::bytea, NULL::bytea FROM claimed
+UNION ALL
+SELECT false, payload_hash, produced FROM %[1]s
+WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT FROM claimed)`,
+	Prior:  `SELECT payload_hash, produced FROM %[1]s WHERE consumer = $1 AND message_id = $2`,
+	Record: `UPDATE %[1]s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
+	IsDuplicateKey: func(err error, t sqlinbox.Table) bool {
+		var pgErr *pgconn.PgError
+		return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == t.Name &&
+			pgErr.ConstraintName == t.Name+"_pkey"
+	},
+	LockTimeout: func(timeout time.Duration) (string, []any) {
+		return `SELECT set_config('lock_timeout', $1, true)`, []any{fmt.Sprintf("%dms", max(timeout.Milliseconds(), 1))}
+	},
+	Cleanup:    `DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < now() - $1 * interval '1 second' ORDER BY processed_at LIMIT $2)`,
+	Expired:    `SELECT count(*) FROM %[1]s WHERE processed_at < now() - $1 * interval '1 second'`,
+	CleanupAge: func(olderThan time.Duration) any { return olderThan.Seconds() },
+	TableSize: func(t sqlinbox.Table) []sqlinbox.SizeQuery {
+		return []sqlinbox.SizeQuery{{SQL: `SELECT pg_total_relation_size($1::text::regclass)`, Args: []any{t.Quoted}, Note: "pg_total_relation_size"}}
+	},
+}
+
+func TestDialectDefinedOutsideThePackage(t *testing.T) {
+	inboxtest.Run(t, aliasHarness, inboxtest.Options{})
+}
+
+// aliasHarness builds a store of aliasDialect on PostgreSQL through pgx's database/sql
+// driver. Its connections dial through a switch, so that an outage can refuse new ones
+// while it ends the open ones.
+func aliasHarness(t *testing.T) *inboxtest.Harness {
+	ctx := context.Background()
+	config, err := pgx.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := stdlib.OpenDB(*config)
+	t.Cleanup(func() { direct.Close() })
+
+	app := testenv.Name("alias")
+	var down atomic.Bool
+	config = config.Copy()
+	config.RuntimeParams["application_name"] = app
+	dial := config.DialFunc
+	config.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if down.Load() {
+			return nil, errors.New("outage: connection refused")
+		}
+		return dial(ctx, network, addr)
+	}
+	db := stdlib.OpenDB(*config)
+	db.SetMaxOpenConns(16)
+	t.Cleanup(func() { db.Close() })
+
+	table, business, faults := testenv.Name("inbox"), testenv.Name("invoices"), testenv.Name("faults")
+	t.Cleanup(func() {
+		for _, name := range []string{table, business, faults} {
+			_, _ = direct.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+name)
+		}
+	})
+	store, err := sqlinbox.New(db, aliasDialect, sqlinbox.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.InitializeSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ddl := range []string{
+		"CREATE TABLE " + business + " (consumer varchar(255) NOT NULL, msg_key varchar(255) NOT NULL)",
+		"CREATE TABLE " + faults + " (v int, CONSTRAINT " + faults + "_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)",
+	} {
+		if _, err := direct.ExecContext(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	violate := "INSERT INTO " + faults + " (v) VALUES (1), (1)"
+	return &inboxtest.Harness{
+		Store:    store,
+		Table:    table,
+		Business: business,
+		Direct:   sqlRunner{direct},
+		InTx: func(ctx context.Context) (inboxtest.Runner, bool) {
+			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
+			return sqlRunner{tx}, ok
+		},
+		Placeholders: dollars,
+		NewStore: func(table string) (inbox.Store, error) {
+			return sqlinbox.New(db, aliasDialect, sqlinbox.Config{Table: table})
+		},
+		CommitFaults: map[string]func(ctx context.Context) error{
+			"deferred constraint fails at COMMIT": func(ctx context.Context) error {
+				tx, _ := inbox.TxFromContext[*sql.Tx](ctx)
+				_, err := tx.ExecContext(ctx, violate)
+				return err
+			},
+		},
+		QueuedCommitFaults: map[string]inbox.Statement{"deferred constraint fails at COMMIT": {SQL: violate}},
+		Outage: func() func() {
+			down.Store(true)
+			_, err := direct.ExecContext(ctx,
+				"SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name = $1", app)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() { down.Store(false) }
+		},
+	}
+}
+
+// sqlRunner runs the suite's SQL on a *sql.DB or a *sql.Tx.
+type sqlRunner struct {
+	q interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+}
+
+func (r sqlRunner) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := r.q.ExecContext(ctx, dollars(query), args...)
+	return err
+}
+
+func (r sqlRunner) Count(ctx context.Context, query string, args ...any) (n int, err error) {
+	err = r.q.QueryRowContext(ctx, dollars(query), args...).Scan(&n)
+	return n, err
+}
+
+// dollars turns ? into $1, $2, ...
+func dollars(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range query {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
