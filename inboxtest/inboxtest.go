@@ -85,16 +85,31 @@ type Options struct {
 	// checks what was committed rather than how often a handler ran (in write-behind mode a
 	// handler also runs for a duplicate; only its effects are dropped).
 	Config inbox.Config
+
+	// Cases, if set, names the cases to run (as their subtests are named, with spaces);
+	// nil runs them all.
+	Cases []string
 }
 
 // Run runs every case on a fresh harness from newHarness, each as a subtest.
 func Run(t *testing.T, newHarness func(t *testing.T) *Harness, options Options) {
 	t.Helper()
+	selected := map[string]bool{}
+	for _, name := range options.Cases {
+		selected[name] = true
+	}
 	for _, c := range cases {
+		if len(selected) > 0 && !selected[c.name] {
+			continue
+		}
+		delete(selected, c.name)
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t)
 			c.run(t, &suite{Harness: h, options: options})
 		})
+	}
+	for name := range selected {
+		t.Errorf("inboxtest: no case named %q", name)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxkit/watermill-inbox/inboxtest"
 )
 
 // The pgx store sends batches and prepares statements by name: the guarantees must not
@@ -18,21 +20,26 @@ func TestPgxEveryQueryExecMode(t *testing.T) {
 		"exec":           pgx.QueryExecModeExec,
 		"simple":         pgx.QueryExecModeSimpleProtocol,
 	}
+	suiteCases := []string{
+		"first delivery commits claim and business row together",
+		"sequential duplicate is skipped and not an error",
+		"concurrent copies of one message",
+		"handler error releases the claim",
+		"failed commit is a nack",
+	}
 	cases := map[string]func(t *testing.T, b *backend){
-		"first delivery":            testFirstDelivery,
-		"sequential duplicate":      testSequentialDuplicate,
-		"concurrent copies":         testConcurrentCopies,
-		"handler error":             testHandlerError,
-		"failed commit":             testCommitFailure,
 		"write-behind copies":       testWriteBehindConcurrentCopies,
 		"write-behind unique error": testWriteBehindUniqueViolation,
 	}
 	for name, mode := range modes {
 		t.Run(name, func(t *testing.T) {
+			newBackend := func(t *testing.T) *backend {
+				return pgxBackendWith(t, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+			}
+			inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness { return newBackend(t).harness() },
+				inboxtest.Options{Cases: suiteCases})
 			for caseName, run := range cases {
-				t.Run(caseName, func(t *testing.T) {
-					run(t, pgxBackendWith(t, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode }))
-				})
+				t.Run(caseName, func(t *testing.T) { run(t, newBackend(t)) })
 			}
 		})
 	}
