@@ -2,8 +2,6 @@ module github.com/inboxkit/watermill-inbox/bench
 
 go 1.26.0
 
-replace github.com/inboxkit/watermill-inbox => ../
-
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.3
 	github.com/go-sql-driver/mysql v1.10.1

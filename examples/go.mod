@@ -2,8 +2,6 @@ module github.com/inboxkit/watermill-inbox/examples
 
 go 1.26.0
 
-replace github.com/inboxkit/watermill-inbox => ../
-
 require (
 	github.com/IBM/sarama v1.61.1
 	github.com/ThreeDotsLabs/watermill v1.5.3

@@ -2,8 +2,6 @@ module github.com/inboxkit/watermill-inbox/integration
 
 go 1.26.0
 
-replace github.com/inboxkit/watermill-inbox => ../
-
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.3
 	github.com/ThreeDotsLabs/watermill-amqp/v3 v3.0.2

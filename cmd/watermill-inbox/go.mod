@@ -2,8 +2,6 @@ module github.com/inboxkit/watermill-inbox/cmd/watermill-inbox
 
 go 1.26.0
 
-replace github.com/inboxkit/watermill-inbox => ../..
-
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/inboxkit/watermill-inbox v0.0.0-00010101000000-000000000000
