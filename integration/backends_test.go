@@ -50,6 +50,9 @@ type backend struct {
 	outage func() (restore func())
 	// placeholders rewrites a statement written with ? for the driver.
 	placeholders func(string) string
+	// dialect is the store's SQL; retentionSQL the tests' own SQL that ages claims.
+	dialect      sqlinbox.Dialect
+	retentionSQL retentionSQL
 	// retriable says whether a delivery error is the kind a redelivery fixes (deadlock,
 	// lock timeout, busy database); the suite counts them.
 	retriable func(error) bool
@@ -93,6 +96,8 @@ func pgxBackendWith(t *testing.T, configure ...func(*pgxpool.Config)) *backend {
 		outage:       func() func() { proxy.Cut(); return proxy.Restore },
 		retriable:    func(error) bool { return false },
 		placeholders: dollarPlaceholders,
+		dialect:      sqlinbox.Postgres,
+		retentionSQL: postgresRetentionSQL,
 	}
 	if err := store.InitializeSchema(ctx); err != nil {
 		t.Fatal(err)
@@ -110,6 +115,7 @@ func stdlibPostgresBackend(t *testing.T) *backend {
 	proxied := openSQL(t, "pgx", withHost(t, directURL, proxy.Addr()))
 
 	b := sqlBackend(t, proxied, direct, sqlinbox.Postgres)
+	b.retentionSQL = postgresRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
 	b.retriable = func(error) bool { return false }
 	if err := b.store.(*sqlinbox.SQLStore).InitializeSchema(ctx); err != nil {
@@ -142,6 +148,7 @@ func mysqlBackendWith(t *testing.T, params string) *backend {
 	proxied := openSQL(t, "mysql", dsn[:start+4]+proxy.Addr()+dsn[end:])
 
 	b := sqlBackend(t, proxied, direct, sqlinbox.MySQL)
+	b.retentionSQL = mysqlRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
 	// InnoDB resolves some races between copies of one key with a deadlock error or a
 	// lock wait timeout; the claim fails, the message is nacked and redelivered.
@@ -173,6 +180,7 @@ func sqliteBackend(t *testing.T) *backend {
 	db := openSQL(t, "sqlite", dsn)
 
 	b := sqlBackend(t, db, db, sqlinbox.SQLite)
+	b.retentionSQL = sqliteRetentionSQL
 	// SQLite has no server to lose: its outage is another writer holding the lock.
 	b.outage = func() func() {
 		lock := openSQL(t, "sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
@@ -222,6 +230,7 @@ func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect)
 	}
 	return &backend{
 		placeholders: placeholders,
+		dialect:      dialect,
 		store:        store,
 		table:        table,
 		direct:       sqlRunner{direct, dollar},

@@ -38,7 +38,7 @@ import (
 //
 // Sizes: chaosDefaultOrders orders on PostgreSQL (pgx and database/sql) and a quarter of
 // that on MariaDB; INBOX_CHAOS_ORDERS=n sets the PostgreSQL count, INBOX_CHAOS_LONG=1 sets
-// it to 20,000 (the full run).
+// it to 20,000 (the full run).
 const (
 	chaosDefaultOrders = 4000
 	chaosLongOrders    = 20000

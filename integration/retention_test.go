@@ -16,7 +16,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// Retention (issue 5): Cleanup deletes claims older than the retention, of every consumer,
+// Retention: Cleanup deletes claims older than the retention, of every consumer,
 // in batches; one cleanup of a table runs at a time; claims keep working meanwhile.
 
 // cleanerStore is what both stores offer for retention.
@@ -34,34 +34,48 @@ func (b *backend) cleaner(t *testing.T) cleanerStore {
 	return c
 }
 
-func (b *backend) dialect() string {
-	if s, ok := b.store.(*sqlinbox.SQLStore); ok {
-		return s.Dialect().String()
-	}
-	return "postgres"
+// retentionSQL is the tests' own SQL to make claims old, in one database's syntax.
+type retentionSQL struct {
+	// fill inserts n claims aged age into table: consumers prefix+"0".."2" and keys
+	// prefix+"1".."n".
+	fill func(table, prefix string, n int, age time.Duration) (query string, args []any)
+	// ago is an expression for the time ? seconds ago.
+	ago string
 }
+
+var (
+	postgresRetentionSQL = retentionSQL{
+		fill: func(table, prefix string, n int, age time.Duration) (string, []any) {
+			return "INSERT INTO " + table + " (consumer, message_id, processed_at) " +
+					"SELECT ?::text || (g % 3), ?::text || g, now() - make_interval(secs => ?::float8) FROM generate_series(1, ?::int) g",
+				[]any{prefix, prefix, age.Seconds(), n}
+		},
+		ago: "now() - make_interval(secs => ?::float8)",
+	}
+	mysqlRetentionSQL = retentionSQL{
+		fill: func(table, prefix string, n int, age time.Duration) (string, []any) {
+			return fmt.Sprintf("INSERT INTO %s (consumer, message_id, processed_at) "+
+					"SELECT CONCAT(?, seq %% 3), CONCAT(?, seq), NOW(6) - INTERVAL ? MICROSECOND FROM seq_1_to_%d", table, n),
+				[]any{prefix, prefix, age.Microseconds()}
+		},
+		ago: "NOW(6) - INTERVAL ? SECOND",
+	}
+	sqliteRetentionSQL = retentionSQL{
+		fill: func(table, prefix string, n int, age time.Duration) (string, []any) {
+			return "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?) " +
+					"INSERT INTO " + table + " (consumer, message_id, processed_at) " +
+					"SELECT ? || (n % 3), ? || n, strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) FROM g",
+				[]any{n, prefix, prefix, fmt.Sprintf("-%f seconds", age.Seconds())}
+		},
+		ago: "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ? || ' seconds')",
+	}
+)
 
 // fillClaims inserts n claims aged age, in one statement: consumers prefix+"0".."2" (none of
 // which has a handler) and keys prefix+"1".."n".
 func (b *backend) fillClaims(t *testing.T, prefix string, n int, age time.Duration) {
 	t.Helper()
-	var query string
-	var args []any
-	switch b.dialect() {
-	case "postgres":
-		query = "INSERT INTO " + b.table + " (consumer, message_id, processed_at) " +
-			"SELECT ?::text || (g % 3), ?::text || g, now() - make_interval(secs => ?::float8) FROM generate_series(1, ?::int) g"
-		args = []any{prefix, prefix, age.Seconds(), n}
-	case "mysql":
-		query = fmt.Sprintf("INSERT INTO %s (consumer, message_id, processed_at) "+
-			"SELECT CONCAT(?, seq %% 3), CONCAT(?, seq), NOW(6) - INTERVAL ? MICROSECOND FROM seq_1_to_%d", b.table, n)
-		args = []any{prefix, prefix, age.Microseconds()}
-	case "sqlite":
-		query = "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?) " +
-			"INSERT INTO " + b.table + " (consumer, message_id, processed_at) " +
-			"SELECT ? || (n % 3), ? || n, strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) FROM g"
-		args = []any{n, prefix, prefix, fmt.Sprintf("-%f seconds", age.Seconds())}
-	}
+	query, args := b.retentionSQL.fill(b.table, prefix, n, age)
 	if err := b.direct.exec(context.Background(), query, args...); err != nil {
 		t.Fatalf("fill %d claims: %v", n, err)
 	}
@@ -70,12 +84,7 @@ func (b *backend) fillClaims(t *testing.T, prefix string, n int, age time.Durati
 // age sets processed_at of the claim (consumer, key) to age ago.
 func (b *backend) age(t *testing.T, consumer, key string, age time.Duration) {
 	t.Helper()
-	set := map[string]string{
-		"postgres": "now() - make_interval(secs => ?::float8)",
-		"mysql":    "NOW(6) - INTERVAL ? SECOND",
-		"sqlite":   "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ? || ' seconds')",
-	}[b.dialect()]
-	err := b.direct.exec(context.Background(), "UPDATE "+b.table+" SET processed_at = "+set+
+	err := b.direct.exec(context.Background(), "UPDATE "+b.table+" SET processed_at = "+b.retentionSQL.ago+
 		" WHERE consumer = ? AND message_id = ?", age.Seconds(), consumer, key)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +197,7 @@ func TestRetentionDeletesOnlyExpiredClaims(t *testing.T) {
 
 // lockingBackend reports whether the backend's cleanup takes a lock (all but SQLite, whose
 // single writer serialises the batches).
-func lockingBackend(b *backend) bool { return b.dialect() != "sqlite" }
+func lockingBackend(b *backend) bool { return b.dialect.CleanupLock != "" }
 
 // A cleanup held in the middle of its pass keeps every other cleanup of the table out:
 // the second returns ErrCleanupBusy having deleted nothing, and runs once the first is done.
