@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/url"
@@ -16,7 +17,8 @@ import (
 )
 
 // TestComposePublishesDefaults checks that `docker compose up` gives every example and test
-// its default address: a service that publishes the port, with a health check.
+// its default address: a service that publishes the port, on 127.0.0.1 only (the services
+// trust every client), with a health check.
 func TestComposePublishesDefaults(t *testing.T) {
 	raw, err := os.ReadFile("../docker-compose.yml")
 	if err != nil {
@@ -38,12 +40,19 @@ func TestComposePublishesDefaults(t *testing.T) {
 	for name, svc := range compose.Services {
 		if svc.Healthcheck == nil || len(svc.Healthcheck.Test) == 0 {
 			t.Errorf("service %s has no health check", name)
+		} else if check := strings.Join(svc.Healthcheck.Test, " "); !tcpCheck.MatchString(check) {
+			// An image's init phase runs a temporary server on a Unix socket only: a check
+			// through the socket can pass before the real server listens.
+			t.Errorf("service %s: health check %q does not connect over TCP", name, check)
 		}
 		for _, p := range svc.Ports {
-			port, err := hostPort(p)
+			ip, port, err := hostPort(p)
 			if err != nil {
 				t.Errorf("service %s: %v", name, err)
 				continue
+			}
+			if ip != "127.0.0.1" {
+				t.Errorf("service %s publishes port %d on %q, want 127.0.0.1 only", name, port, cmp.Or(ip, "every interface"))
 			}
 			published[port] = name
 		}
@@ -63,24 +72,35 @@ func TestComposePublishesDefaults(t *testing.T) {
 	}
 }
 
-// hostPort reads the host side of a compose port: "5432:5432", "127.0.0.1:5432:5432", or the
-// long form {target: 5432, published: 5432}.
-func hostPort(n yaml.Node) (int, error) {
+// hostPort reads the host side of a compose port, its address ("" for every interface) and
+// port: "5432:5432", "127.0.0.1:5432:5432", or the long form {target: 5432, published: 5432,
+// host_ip: 127.0.0.1}.
+func hostPort(n yaml.Node) (ip string, port int, err error) {
 	if n.Kind == yaml.MappingNode {
 		var long struct {
 			Published string `yaml:"published"`
+			HostIP    string `yaml:"host_ip"`
 		}
 		if err := n.Decode(&long); err != nil {
-			return 0, err
+			return "", 0, err
 		}
-		return strconv.Atoi(long.Published)
+		port, err := strconv.Atoi(long.Published)
+		return long.HostIP, port, err
 	}
-	parts := strings.Split(n.Value, ":")
+	parts := strings.Split(strings.TrimSuffix(n.Value, "/tcp"), ":")
 	if len(parts) < 2 {
-		return 0, fmt.Errorf("port %q is not published on a fixed host port", n.Value)
+		return "", 0, fmt.Errorf("port %q is not published on a fixed host port", n.Value)
 	}
-	return strconv.Atoi(parts[len(parts)-2])
+	if len(parts) > 2 {
+		ip = strings.Join(parts[:len(parts)-2], ":")
+	}
+	port, err = strconv.Atoi(parts[len(parts)-2])
+	return ip, port, err
 }
+
+// tcpCheck matches a health check that connects to the service over TCP: to 127.0.0.1, or
+// with MariaDB's --connect or RabbitMQ's check_port_connectivity.
+var tcpCheck = regexp.MustCompile(`127\.0\.0\.1|healthcheck\.sh --connect|check_port_connectivity`)
 
 var mysqlAddr = regexp.MustCompile(`tcp\(([^)]*)\)`)
 
