@@ -20,6 +20,14 @@
 //     in the DSN, e.g. "file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
 //     so concurrent writers wait for the lock instead of failing.
 //
+// # Adding a dialect
+//
+// A dialect is one Dialect value: dialect_postgres.go, dialect_mysql.go and dialect_sqlite.go
+// each hold one, with all of that database's SQL and how to recognise its duplicate-key
+// error. A new one is a file like them, here or in a module of your own, given to New; run
+// the conformance suite (package inboxtest) on a store built with it. The command
+// watermill-inbox needs one more entry in its table of openers (a driver and its DSN form).
+//
 // # Privileges
 //
 // Claims need INSERT, SELECT and UPDATE on the inbox table: PostgreSQL's ON CONFLICT with a

@@ -226,16 +226,16 @@ func mysqlDSN(dsn string) (string, error) {
 	return dsn, nil
 }
 
-// schemeOf returns the dialect a DSN's scheme names ("" if none or unknown).
+// schemeOf returns the openers name a DSN's scheme gives, name:// for every name there and
+// file: for SQLite ("" if none or unknown).
 func schemeOf(dsn string) (string, bool) {
 	lower := strings.ToLower(dsn)
-	for _, s := range []struct{ prefix, dialect string }{
-		{"postgres://", "postgres"}, {"postgresql://", "postgres"},
-		{"mysql://", "mysql"}, {"mariadb://", "mysql"},
-		{"sqlite://", "sqlite"}, {"sqlite3://", "sqlite"}, {"file:", "sqlite"},
-	} {
-		if strings.HasPrefix(lower, s.prefix) {
-			return s.dialect, true
+	if strings.HasPrefix(lower, "file:") {
+		return "sqlite", true
+	}
+	if scheme, _, ok := strings.Cut(lower, "://"); ok {
+		if _, known := openers[scheme]; known {
+			return scheme, true
 		}
 	}
 	return "", false
