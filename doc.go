@@ -73,11 +73,18 @@
 //
 // # Middleware order
 //
-// Add the inbox innermost, inside middleware.Retry and middleware.PoisonQueue:
+// Add the inbox inside middleware.Retry and middleware.PoisonQueue, with Recoverer between
+// Retry and the inbox, and middleware.Timeout inside the inbox:
 //
-//	router.AddMiddleware(poisonQueue, retry.Middleware, inboxMiddleware)
+//	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
+//		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
 //
 // so that every retry runs in a fresh transaction (with Retry inside, a failed attempt's
-// writes would commit together with the retry's) and a message that cannot be claimed, such
-// as one without a UUID, ends in the poison queue instead of being redelivered for ever.
+// writes would commit together with the retry's), a panic is retried, and a message that
+// cannot be claimed, such as one without a UUID, ends in the poison queue instead of being
+// redelivered for ever. Timeout goes inside because it leaves its cancelled context on the
+// message, which the inbox replaces with the one it received: outside, every retry would fail
+// at once and PoisonQueue's publish would fail on publishers that honour the message context.
+// Do not combine the inbox with middleware.Deduplicator: it loses messages whose handler
+// failed, on either side of the inbox.
 package inbox

@@ -97,6 +97,8 @@ type Options struct {
 	IssueInvoiceHandlerName string
 	// ConsumerFromHandler is passed to inbox.Config.
 	ConsumerFromHandler func(handlerName string) string
+	// NoSkip leaves inbox.Config.Skip unset: every event handler claims every event.
+	NoSkip bool
 }
 
 // App is a router with the four handlers, the inbox and both buses.
@@ -190,14 +192,18 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 	// Which event each event handler handles: every other type on the shared topic is acked
 	// without a claim.
 	handles := map[string]string{ReceiptsHandler: Marshaler.Name(&InvoiceIssued{}), ShippingHandler: Marshaler.Name(&OrderShipped{})}
-	inboxMW, err := inbox.NewMiddleware(store, inbox.Config{
+	config := inbox.Config{
 		Publisher: a.Publisher, // so a duplicate can republish before any handler published
 		Skip: func(msg *message.Message) bool {
 			want, ok := handles[message.HandlerNameFromCtx(msg.Context())]
 			return ok && Marshaler.NameFromMessage(msg) != want
 		},
 		ConsumerFromHandler: o.ConsumerFromHandler,
-	}, logger)
+	}
+	if o.NoSkip {
+		config.Skip = nil
+	}
+	inboxMW, err := inbox.NewMiddleware(store, config, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -399,6 +399,39 @@ func TestCQRS(t *testing.T) {
 	}
 }
 
+// Why Skip: without it, each event handler on the shared topic claims the events of the
+// type it does not handle too (cqrs acks them inside the inbox).
+func TestSharedTopicWithoutSkipClaimsEveryEvent(t *testing.T) {
+	const orders, shipped = 6, 4
+	app := startApp(t, Options{NoSkip: true})
+	ctx := context.Background()
+	for i := range orders {
+		order := fmt.Sprintf("order-%04d", i)
+		if err := app.CommandBus.Send(ctx, &IssueInvoice{OrderID: order}); err != nil {
+			t.Fatal(err)
+		}
+		if i < shipped {
+			if err := app.EventBus.Publish(ctx, &OrderShipped{OrderID: order}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, "every event claimed by both event handlers", func() bool {
+		return app.claims(t, ReceiptsHandler) >= orders+shipped && app.claims(t, ShippingHandler) >= orders+shipped
+	})
+	if err := app.Router.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, consumer := range []string{ReceiptsHandler, ShippingHandler} {
+		if n := app.claims(t, consumer); n != orders+shipped {
+			t.Errorf("claims of %s without Skip: %d, want %d (every event on the topic)", consumer, n, orders+shipped)
+		}
+	}
+	if n := app.count(t, app.Tables.Receipts, ""); n != orders {
+		t.Errorf("%d receipts, want %d", n, orders)
+	}
+}
+
 // A renamed handler keeps its claims when ConsumerFromHandler maps its new name to the old
 // consumer: the commands processed under IssueInvoice, delivered again to IssueInvoiceV2,
 // are duplicates. Without the mapping the renamed handler is a new consumer and invoices
