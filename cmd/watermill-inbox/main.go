@@ -9,8 +9,19 @@
 // The database comes from -dsn or the INBOX_DSN environment variable: postgres:// or
 // postgresql:// URLs (pgx), mysql:// followed by a go-sql-driver/mysql DSN, sqlite:// followed
 // by a file path, or file: URIs (modernc.org/sqlite). Without a scheme, name the dialect with
-// -dialect. The exit status is 0 on success, 1 when the command fails, 2 for bad usage; an
-// error is one line on stderr.
+// -dialect. stats and cleanup refuse a SQLite file that does not exist (SQLite would create
+// an empty one); migrate creates it.
+//
+// cleanup counts the claims to delete first, then shows its progress: a bar on a terminal;
+// elsewhere (a log, cron mail) a line every 10 seconds (-progress-every) with the rows
+// deleted, the rate and what is left; -progress none prints only the summary.
+//
+// An error is one line on stderr. Exit statuses:
+//
+//	0  done (also -h)
+//	1  the command failed: no database or table, a failed statement, interrupted
+//	2  bad usage: unknown command, flag or dialect, a bad value
+//	3  cleanup: another cleanup of the table holds its lock; nothing was deleted
 package main
 
 import (
@@ -20,8 +31,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,44 +69,65 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit statuses.
+// Exit statuses. Scripts and cron jobs can rely on them; README.md and docs/operating.md
+// list them too.
 const (
-	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2
+	exitOK    = 0 // done; also -h
+	exitFail  = 1 // the command failed: no database, no table, a failed statement, interrupted
+	exitUsage = 2 // bad command line: unknown command, flag or dialect, a bad value
+	exitBusy  = 3 // cleanup only: another cleanup of the table holds its lock; nothing deleted
 )
 
 // usageError is bad input from the command line: exit status 2.
-type usageError struct{ msg string }
+type usageError struct{ err error }
 
-func (e usageError) Error() string { return e.msg }
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
 
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 // run runs the command line args (without the program name) and returns the exit status.
+// An error is printed once, on one line of stderr, after the program's name.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err := dispatch(ctx, args, stdout, stderr)
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, flag.ErrHelp):
+	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	// One line: driver errors sometimes span several.
-	fmt.Fprintln(stderr, "watermill-inbox: "+strings.Join(strings.Fields(err.Error()), " "))
+	fmt.Fprintln(stderr, "watermill-inbox: "+oneLine(err))
 	var u usageError
-	if errors.As(err, &u) {
+	switch {
+	case errors.As(err, &u):
 		return exitUsage
+	case errors.Is(err, sqlinbox.ErrCleanupBusy):
+		return exitBusy
+	default:
+		return exitFail
 	}
-	return exitFail
+}
+
+// oneLine writes err's message on one line. Driver errors can span several, and pgx lists
+// every connection attempt (TLS, then plain text, per address) on a line of its own, most
+// often with the same error: each distinct line is kept once.
+func oneLine(err error) string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.Join(strings.Fields(line), " ")
+		if line == "" || seen[line] {
+			continue
+		}
+		seen[line] = true
+		parts = append(parts, line)
+	}
+	return strings.Join(parts, " ")
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usagef("no command: use schema, migrate, cleanup or stats (watermill-inbox help)")
 	}
-	command, args := args[0], args[1:]
-	switch command {
+	name, args := args[0], args[1:]
+	switch name {
 	case "schema":
 		return schemaCommand(args, stdout, stderr)
 	case "migrate":
@@ -106,8 +140,100 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
-		return usagef("unknown command %q: use schema, migrate, cleanup or stats", command)
+		return usagef("unknown command %q: use schema, migrate, cleanup or stats", name)
 	}
+}
+
+// command is what every command starts from: a flag set with the target's flags (-dsn,
+// -dialect, -table), to which the command adds its own.
+type command struct {
+	name string
+	fs   *flag.FlagSet
+	target
+}
+
+// newCommand returns a command whose flag set prints nothing itself: a bad flag is one line
+// on stderr (from run), -h prints the flags (parse).
+func newCommand(name string) *command {
+	c := &command{name: name, fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+	c.fs.SetOutput(io.Discard)
+	c.fs.Usage = func() {}
+	c.fs.StringVar(&c.dsn, "dsn", "", "database `DSN`: postgres://..., mysql://user:pass@tcp(host:3306)/db, sqlite://path or file:path (default $"+dsnVar+")")
+	c.fs.StringVar(&c.dialectName, "dialect", "", "SQL `dialect`: "+dialectNames()+" (default: from the DSN's scheme)")
+	c.fs.StringVar(&c.table, "table", inbox.DefaultTable, "inbox `table`, optionally schema-qualified")
+	return c
+}
+
+// parse parses args; -h prints the flags on stderr.
+func (c *command) parse(args []string, stderr io.Writer) error {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "usage: watermill-inbox %s [flags]\n", c.name)
+			c.fs.SetOutput(stderr)
+			c.fs.PrintDefaults()
+			return err
+		}
+		return usagef("%s: %w", c.name, err)
+	}
+	if c.fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q", c.name, c.fs.Arg(0))
+	}
+	return nil
+}
+
+// inboxDB is an open database with a store on the command's table.
+type inboxDB struct {
+	db      *sql.DB
+	dialect sqlinbox.Dialect
+	store   *sqlinbox.SQLStore
+}
+
+func (d *inboxDB) Close() error { return d.db.Close() }
+
+// connect opens the target's database, checks that it answers and builds a store on the
+// table. Unless the command creates the schema (creates), a SQLite file must exist already
+// and so must the table.
+func (c *command) connect(ctx context.Context, creates bool) (*inboxDB, error) {
+	dialect, driver, dsn, err := c.resolve(true, creates)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open the %s database: %w", dialect, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to the %s database: %w", dialect, err)
+	}
+	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: c.table})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	d := &inboxDB{db: db, dialect: dialect, store: store}
+	if !creates {
+		if err := d.checkTable(ctx, c.table); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// checkTable fails with a clear message when the inbox table does not exist.
+func (d *inboxDB) checkTable(ctx context.Context, table string) error {
+	quoted, err := d.dialect.QuoteTable(table)
+	if err != nil {
+		return err
+	}
+	rows, err := d.db.QueryContext(ctx, "SELECT consumer, message_id, processed_at FROM "+quoted+" WHERE 1 = 0")
+	if err != nil {
+		return fmt.Errorf("inbox table %q is missing or unreadable (create it with \"watermill-inbox migrate\"): %w", table, err)
+	}
+	return rows.Close()
 }
 
 // target is the database and table a command works on.
@@ -115,109 +241,106 @@ type target struct {
 	dsn, dialectName, table string
 }
 
-func (t *target) register(fs *flag.FlagSet) {
-	fs.StringVar(&t.dsn, "dsn", "", "database `DSN`: postgres://..., mysql://user:pass@tcp(host:3306)/db, sqlite://path or file:path (default $"+dsnVar+")")
-	fs.StringVar(&t.dialectName, "dialect", "", "SQL `dialect`: postgres, mysql or sqlite (default: from the DSN's scheme)")
-	fs.StringVar(&t.table, "table", inbox.DefaultTable, "inbox `table`, optionally schema-qualified")
-}
-
-// newFlagSet returns a flag set that prints nothing itself: a bad flag is one line on stderr
-// (from run), -h prints the flags (parse).
-func newFlagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("watermill-inbox "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return fs
-}
-
-// parse parses args into fs; -h prints the flags on stderr.
-func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			w := stderr
-			fmt.Fprintf(w, "usage: %s [flags]\n", fs.Name())
-			fs.SetOutput(w)
-			fs.PrintDefaults()
-			return err
-		}
-		return usagef("%s: %v", strings.TrimPrefix(fs.Name(), "watermill-inbox "), err)
-	}
-	if fs.NArg() > 0 {
-		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
-	}
-	return nil
-}
-
-// opener is a dialect and how the command opens it: the database/sql driver and the DSN
-// in that driver's form.
+// opener is a dialect and how the command opens it.
 type opener struct {
-	dialect sqlinbox.Dialect
-	driver  string
-	dsn     func(dsn string) (string, error)
+	// names are the -dialect values that select it; each is also a DSN scheme (name://).
+	names []string
+	// prefixes are other DSN prefixes that select it ("file:").
+	prefixes []string
+	dialect  sqlinbox.Dialect
+	// driver is the database/sql driver; dsn turns a DSN as given into the driver's form.
+	// creates: the command creates the schema (and may create the database with it).
+	driver string
+	dsn    func(dsn string, creates bool) (string, error)
 }
 
-var (
-	postgres = opener{sqlinbox.Postgres, "pgx", func(dsn string) (string, error) { return dsn, nil }}
-	mysqlDB  = opener{sqlinbox.MySQL, "mysql", mysqlDSN}
-	sqlite   = opener{sqlinbox.SQLite, "sqlite", func(dsn string) (string, error) { return sqliteDSN(dsn), nil }}
-)
+// openers is the one table of the dialects the command knows, and of their names.
+var openers = []opener{
+	{[]string{"postgres", "postgresql"}, nil, sqlinbox.Postgres, "pgx", func(dsn string, _ bool) (string, error) { return dsn, nil }},
+	{[]string{"mysql", "mariadb"}, nil, sqlinbox.MySQL, "mysql", mysqlDSN},
+	{[]string{"sqlite", "sqlite3"}, []string{"file:"}, sqlinbox.SQLite, "sqlite", sqliteDSN},
+}
 
-// openers maps every name -dialect accepts, and every DSN scheme, to its opener.
-var openers = map[string]opener{
-	"postgres":   postgres,
-	"postgresql": postgres,
-	"mysql":      mysqlDB,
-	"mariadb":    mysqlDB,
-	"sqlite":     sqlite,
-	"sqlite3":    sqlite,
+// lookup returns the opener that name (a -dialect value) selects.
+func lookup(name string) (opener, bool) {
+	for _, o := range openers {
+		if slices.Contains(o.names, strings.ToLower(name)) {
+			return o, true
+		}
+	}
+	return opener{}, false
+}
+
+// schemeOf returns the opener a DSN's scheme selects.
+func schemeOf(dsn string) (opener, bool) {
+	lower := strings.ToLower(dsn)
+	for _, o := range openers {
+		for _, name := range o.names {
+			if strings.HasPrefix(lower, name+"://") {
+				return o, true
+			}
+		}
+		for _, prefix := range o.prefixes {
+			if strings.HasPrefix(lower, prefix) {
+				return o, true
+			}
+		}
+	}
+	return opener{}, false
+}
+
+// dialectNames lists the first name of every dialect: "postgres, mysql or sqlite".
+func dialectNames() string {
+	var names []string
+	for _, o := range openers {
+		names = append(names, o.names[0])
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // resolve returns the dialect, the driver and the DSN in the driver's form. needDSN is false
-// for schema, which only needs the dialect.
-func (t *target) resolve(needDSN bool) (dialect sqlinbox.Dialect, driver, dsn string, err error) {
+// for schema, which only needs the dialect; creates is true for migrate.
+func (t *target) resolve(needDSN, creates bool) (dialect sqlinbox.Dialect, driver, dsn string, err error) {
 	if err := sqlinbox.ValidateTableName(t.table); err != nil {
-		return dialect, "", "", usageError{strings.TrimPrefix(err.Error(), "inbox: ")}
+		return dialect, "", "", usageError{fmt.Errorf("-table: %w", err)}
 	}
 	dsn = t.dsn
 	if dsn == "" && (needDSN || t.dialectName == "") {
 		dsn = os.Getenv(dsnVar)
 	}
-	scheme := ""
-	if dsn != "" {
-		scheme, _ = schemeOf(dsn)
-	}
-	name := strings.ToLower(t.dialectName)
-	if name == "" {
-		name = scheme
-	}
+	fromScheme, hasScheme := schemeOf(dsn)
+	var o opener
 	switch {
-	case name == "" && dsn == "":
+	case t.dialectName != "":
+		var ok bool
+		if o, ok = lookup(t.dialectName); !ok {
+			return dialect, "", "", usagef("unknown dialect %q: use %s", t.dialectName, dialectNames())
+		}
+		if hasScheme && fromScheme.dialect.Name != o.dialect.Name {
+			return dialect, "", "", usagef("-dialect %s does not match the DSN's scheme, which names %s", t.dialectName, fromScheme.dialect)
+		}
+	case hasScheme:
+		o = fromScheme
+	case dsn == "":
 		return dialect, "", "", usagef("no database: set -dsn or %s, or -dialect for schema", dsnVar)
-	case name == "":
+	default:
 		return dialect, "", "", usagef("cannot tell the dialect from the DSN: start it with postgres://, mysql:// or sqlite://, or set -dialect")
 	}
-	db, ok := openers[name]
-	if !ok {
-		return dialect, "", "", usagef("unknown dialect %q: use postgres, mysql or sqlite", name)
-	}
-	dialect = db.dialect
-	if scheme != "" && openers[scheme].dialect.Name != dialect.Name {
-		return dialect, "", "", usagef("-dialect %s does not match the DSN's scheme %s", t.dialectName, scheme)
-	}
+	dialect = o.dialect
 	if !needDSN {
 		return dialect, "", "", nil
 	}
 	if dsn == "" {
 		return dialect, "", "", usagef("no database: set -dsn or %s", dsnVar)
 	}
-	if dsn, err = db.dsn(dsn); err != nil {
+	if dsn, err = o.dsn(dsn, creates); err != nil {
 		return dialect, "", "", err
 	}
-	return dialect, db.driver, dsn, nil
+	return dialect, o.driver, dsn, nil
 }
 
 // mysqlDSN turns mysql://DSN or mariadb://DSN into a go-sql-driver/mysql DSN.
-func mysqlDSN(dsn string) (string, error) {
+func mysqlDSN(dsn string, _ bool) (string, error) {
 	dsn = strings.TrimPrefix(dsn, "mysql://")
 	dsn = strings.TrimPrefix(dsn, "mariadb://")
 	if _, err := mysql.ParseDSN(dsn); err != nil {
@@ -226,86 +349,45 @@ func mysqlDSN(dsn string) (string, error) {
 	return dsn, nil
 }
 
-// schemeOf returns the openers name a DSN's scheme gives, name:// for every name there and
-// file: for SQLite ("" if none or unknown).
-func schemeOf(dsn string) (string, bool) {
-	lower := strings.ToLower(dsn)
-	if strings.HasPrefix(lower, "file:") {
-		return "sqlite", true
-	}
-	if scheme, _, ok := strings.Cut(lower, "://"); ok {
-		if _, known := openers[scheme]; known {
-			return scheme, true
-		}
-	}
-	return "", false
-}
-
 // sqliteDSN turns sqlite://path, file:path or a bare path into a modernc.org/sqlite DSN with
-// a busy timeout, so the cleanup waits for the service's writers instead of failing.
-func sqliteDSN(dsn string) string {
+// a busy timeout, so the cleanup waits for the service's writers instead of failing. SQLite
+// creates a missing file on open: unless the command creates the schema, a file that does
+// not exist is an error, so that a typo in the path does not leave an empty database behind.
+func sqliteDSN(dsn string, creates bool) (string, error) {
 	for _, prefix := range []string{"sqlite://", "sqlite3://"} {
 		if strings.HasPrefix(strings.ToLower(dsn), prefix) {
 			dsn = dsn[len(prefix):]
 		}
 	}
-	if !strings.HasPrefix(dsn, "file:") {
-		dsn = "file:" + dsn
+	dsn = strings.TrimPrefix(dsn, "file:")
+	path, query, _ := strings.Cut(dsn, "?")
+	inMemory := path == "" || path == ":memory:" || strings.Contains(query, "mode=memory")
+	if !creates && !inMemory {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("SQLite database %s does not exist (create it with \"watermill-inbox migrate\")", path)
+		}
 	}
-	if !strings.Contains(dsn, "busy_timeout") {
+	dsn = "file:" + dsn
+	if !strings.Contains(query, "busy_timeout") {
 		sep := "?"
-		if strings.Contains(dsn, "?") {
+		if query != "" {
 			sep = "&"
 		}
 		dsn += sep + "_pragma=busy_timeout(10000)"
 	}
-	return dsn
-}
-
-// open connects to the target's database and checks that it answers.
-func (t *target) open(ctx context.Context) (*sql.DB, sqlinbox.Dialect, error) {
-	dialect, driver, dsn, err := t.resolve(true)
-	if err != nil {
-		return nil, dialect, err
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		return nil, dialect, fmt.Errorf("open %s database: %w", dialect, err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := db.PingContext(pingCtx); err != nil {
-		db.Close()
-		return nil, dialect, fmt.Errorf("connect to the %s database: %w", dialect, err)
-	}
-	return db, dialect, nil
-}
-
-// checkTable fails with a clear message when the inbox table does not exist.
-func checkTable(ctx context.Context, db *sql.DB, dialect sqlinbox.Dialect, table string) error {
-	quoted, err := dialect.QuoteTable(table)
-	if err != nil {
-		return err
-	}
-	rows, err := db.QueryContext(ctx, "SELECT consumer, message_id, processed_at FROM "+quoted+" WHERE 1 = 0")
-	if err != nil {
-		return fmt.Errorf("inbox table %q is missing or unreadable (create it with \"watermill-inbox migrate\"): %w", table, err)
-	}
-	return rows.Close()
+	return dsn, nil
 }
 
 func schemaCommand(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("schema")
-	var t target
-	t.register(fs)
-	if err := parse(fs, args, stderr); err != nil {
+	c := newCommand("schema")
+	if err := c.parse(args, stderr); err != nil {
 		return err
 	}
-	dialect, _, _, err := t.resolve(false)
+	dialect, _, _, err := c.resolve(false, false)
 	if err != nil {
 		return err
 	}
-	ddl, err := sqlinbox.SchemaSQL(dialect, t.table)
+	ddl, err := sqlinbox.SchemaSQL(dialect, c.table)
 	if err != nil {
 		return err
 	}
@@ -314,25 +396,19 @@ func schemaCommand(args []string, stdout, stderr io.Writer) error {
 }
 
 func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("migrate")
-	var t target
-	t.register(fs)
-	if err := parse(fs, args, stderr); err != nil {
+	c := newCommand("migrate")
+	if err := c.parse(args, stderr); err != nil {
 		return err
 	}
-	db, dialect, err := t.open(ctx)
+	d, err := c.connect(ctx, true)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: t.table})
-	if err != nil {
+	defer d.Close()
+	if err := d.store.InitializeSchema(ctx); err != nil {
 		return err
 	}
-	if err := store.InitializeSchema(ctx); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "inbox table %q and its processed_at index are in place (%s)\n", t.table, dialect)
+	fmt.Fprintf(stdout, "inbox table %q and its processed_at index are in place (%s)\n", c.table, d.dialect)
 	return nil
 }
 
@@ -350,124 +426,4 @@ func parseAge(s string) (time.Duration, error) {
 		return 0, usagef("bad -older-than %q: want a positive duration (336h) or days (14d)", s)
 	}
 	return d, nil
-}
-
-func cleanupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("cleanup")
-	var t target
-	t.register(fs)
-	olderThan := fs.String("older-than", "", "delete claims older than this `age`: a duration (336h) or days (14d); required")
-	batchSize := fs.Int("batch-size", sqlinbox.DefaultCleanupBatchSize, "rows per DELETE, each its own transaction")
-	pause := fs.Duration("pause", 0, "wait between batches, to leave the database to the claims")
-	progressMode := fs.String("progress", "auto", "progress bar: auto (when stdout is a terminal), bar or none")
-	if err := parse(fs, args, stderr); err != nil {
-		return err
-	}
-	if *olderThan == "" {
-		return usagef("cleanup: -older-than is required (e.g. -older-than 14d)")
-	}
-	age, err := parseAge(*olderThan)
-	if err != nil {
-		return err
-	}
-	if *batchSize <= 0 {
-		return usagef("cleanup: -batch-size must be positive")
-	}
-	var bar bool
-	switch *progressMode {
-	case "auto":
-		bar = isTerminal(stdout)
-	case "bar":
-		bar = true
-	case "none":
-	default:
-		return usagef("cleanup: -progress %q: use auto, bar or none", *progressMode)
-	}
-	db, dialect, err := t.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if err := checkTable(ctx, db, dialect, t.table); err != nil {
-		return err
-	}
-	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: t.table})
-	if err != nil {
-		return err
-	}
-	config := sqlinbox.CleanupConfig{BatchSize: *batchSize, Pause: *pause}
-	if bar {
-		total, err := store.CountExpired(ctx, age)
-		if err != nil {
-			return err
-		}
-		p := &progressBar{w: stdout, total: total}
-		config.Progress = p.update
-		defer p.finish()
-	}
-	start := time.Now()
-	var batches int
-	progress := config.Progress
-	config.Progress = func(p sqlinbox.CleanupProgress) {
-		batches = p.Batches
-		if progress != nil {
-			progress(p)
-		}
-	}
-	deleted, err := store.Cleanup(ctx, age, config)
-	if err != nil {
-		if deleted > 0 {
-			return fmt.Errorf("deleted %d claims, then: %w", deleted, err)
-		}
-		return err
-	}
-	elapsed := time.Since(start)
-	if bar {
-		fmt.Fprintln(stdout)
-	}
-	fmt.Fprintf(stdout, "deleted %d claims older than %s from %q in %d batches, %s (%.0f rows/s)\n",
-		deleted, age, t.table, batches, elapsed.Round(time.Millisecond), float64(deleted)/max(elapsed.Seconds(), 1e-6))
-	return nil
-}
-
-// isTerminal reports whether w is a character device (a terminal), where a progress bar can
-// redraw its line.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	info, err := f.Stat()
-	return err == nil && info.Mode()&os.ModeCharDevice != 0
-}
-
-// progressBar redraws one line: a bar, the rows deleted of the rows expired at the start, and
-// the rate. Claims that expire during the pass can take it past 100%; it is capped there.
-type progressBar struct {
-	w     io.Writer
-	total int64
-	last  sqlinbox.CleanupProgress
-}
-
-func (p *progressBar) update(progress sqlinbox.CleanupProgress) {
-	p.last = progress
-	const width = 30
-	fraction := 1.0
-	if p.total > 0 {
-		fraction = min(float64(progress.Deleted)/float64(p.total), 1)
-	}
-	if progress.Done {
-		fraction = 1
-	}
-	filled := int(fraction * width)
-	rate := float64(progress.Deleted) / max(progress.Elapsed.Seconds(), 1e-6)
-	fmt.Fprintf(p.w, "\r[%s%s] %3.0f%% %d/%d rows, %.0f rows/s ",
-		strings.Repeat("#", filled), strings.Repeat(" ", width-filled), fraction*100, progress.Deleted, p.total, rate)
-}
-
-// finish ends the bar's line when the pass stopped early.
-func (p *progressBar) finish() {
-	if !p.last.Done {
-		fmt.Fprintln(p.w)
-	}
 }

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -29,8 +32,9 @@ func wantError(t *testing.T, args []string, code int, substr string) {
 	if got != code {
 		t.Errorf("%q: exit %d, want %d (stderr %q)", args, got, code, stderr)
 	}
-	if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "watermill-inbox: ") {
-		t.Errorf("%q: stderr %q, want one line starting with \"watermill-inbox: \"", args, stderr)
+	if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "watermill-inbox: ") ||
+		strings.HasPrefix(stderr, "watermill-inbox: watermill-inbox") {
+		t.Errorf("%q: stderr %q, want one line starting with \"watermill-inbox: \" once", args, stderr)
 	}
 	if !strings.Contains(stderr, substr) {
 		t.Errorf("%q: stderr %q, want it to mention %q", args, stderr, substr)
@@ -97,6 +101,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"cleanup", "-dsn", sqlite, "-older-than", "-3d"}, `bad -older-than "-3d"`},
 		{[]string{"cleanup", "-dsn", sqlite, "-older-than", "3d", "-batch-size", "0"}, "-batch-size must be positive"},
 		{[]string{"cleanup", "-dsn", sqlite, "-older-than", "3d", "-progress", "fancy"}, `-progress "fancy"`},
+		{[]string{"cleanup", "-dsn", sqlite, "-older-than", "3d", "-progress-every", "-1s"}, "-progress-every must not be negative"},
+		{[]string{"stats", "-dialect", "postgres", "extra"}, `stats: unexpected argument "extra"`},
 	} {
 		wantError(t, tt.args, exitUsage, tt.substr)
 	}
@@ -111,13 +117,75 @@ func TestBadDSN(t *testing.T) {
 		dsn, substr string
 	}{
 		{"postgres://postgres@127.0.0.1:1/test?connect_timeout=5", "connect to the postgres database"},
+		{"postgres://postgres@localhost:1/test?connect_timeout=5", "connect to the postgres database"},
 		{"postgres://postgres@127.0.0.1:5432/test?sslmode=bogus", "postgres"},
 		{"mysql://not a dsn", "bad MySQL DSN"},
 		{"mysql://root@tcp(127.0.0.1:1)/test", "connect to the mysql database"},
-		{"sqlite://" + filepath.Join(t.TempDir(), "no", "such", "dir", "inbox.db"), "connect to the sqlite database"},
 	} {
 		for _, command := range [][]string{{"migrate"}, {"stats"}, {"cleanup", "-older-than", "1d"}} {
-			wantError(t, append(command, "-dsn", tt.dsn), exitFail, tt.substr)
+			args := append(command, "-dsn", tt.dsn)
+			wantError(t, args, exitFail, tt.substr)
+			// pgx lists each connection attempt (TLS, then plain text) with the same error.
+			if _, _, stderr := cli(t, args...); strings.Count(stderr, "refused") > 1 {
+				t.Errorf("%q: the error is repeated: %s", args, stderr)
+			}
+		}
+	}
+}
+
+// A SQLite file that does not exist is an error for the commands that only read or delete
+// (SQLite would create an empty database on open); migrate creates it.
+func TestMissingSQLiteFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, dsn := range []string{
+		"sqlite://" + filepath.Join(dir, "typo.db"),
+		"file:" + filepath.Join(dir, "typo.db") + "?_pragma=journal_mode(WAL)",
+	} {
+		for _, command := range [][]string{{"stats"}, {"cleanup", "-older-than", "1d"}} {
+			wantError(t, append(command, "-dsn", dsn), exitFail, "typo.db does not exist (create it with \"watermill-inbox migrate\")")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "typo.db")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stats and cleanup created the missing file: %v", err)
+	}
+	wantError(t, []string{"migrate", "-dsn", "sqlite://" + filepath.Join(dir, "no", "such", "dir", "inbox.db")},
+		exitFail, "connect to the sqlite database")
+
+	created := "sqlite://" + filepath.Join(dir, "new.db")
+	if code, stdout, stderr := cli(t, "migrate", "-dsn", created); code != exitOK || !strings.Contains(stdout, "are in place") {
+		t.Fatalf("migrate of a new file: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, _, stderr := cli(t, "stats", "-dsn", created); code != exitOK {
+		t.Errorf("stats after migrate: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// The exit statuses the package documentation lists: 0 done (also -h), 1 failed, 2 bad
+// usage, 3 another cleanup holds the lock (TestCommandsAgainstDatabases).
+func TestExitStatuses(t *testing.T) {
+	t.Setenv(dsnVar, "")
+	dir := t.TempDir()
+	db := "sqlite://" + filepath.Join(dir, "inbox.db")
+	for _, tt := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"help"}, exitOK},
+		{[]string{"schema", "-h"}, exitOK},
+		{[]string{"schema", "-dialect", "sqlite"}, exitOK},
+		{[]string{"migrate", "-dsn", db}, exitOK},
+		{[]string{"stats", "-dsn", db}, exitOK},
+		{[]string{"cleanup", "-dsn", db, "-older-than", "1d"}, exitOK},
+		{[]string{"stats", "-dsn", db, "-table", "other"}, exitFail},
+		{[]string{"stats", "-dsn", "sqlite://" + filepath.Join(dir, "missing.db")}, exitFail},
+		{[]string{}, exitUsage},
+		{[]string{"vacuum"}, exitUsage},
+		{[]string{"stats", "-dsn", db, "-bogus"}, exitUsage},
+		{[]string{"schema", "-dialect", "oracle"}, exitUsage},
+		{[]string{"cleanup", "-dsn", db}, exitUsage},
+	} {
+		if code, _, stderr := cli(t, tt.args...); code != tt.code {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", tt.args, code, tt.code, stderr)
 		}
 	}
 }
@@ -141,7 +209,7 @@ func databases(t *testing.T) []database {
 // open connects to d as the command would, for the test's own SQL.
 func (d database) open(t *testing.T) (*sql.DB, sqlinbox.Dialect) {
 	t.Helper()
-	dialect, driver, dsn, err := (&target{dsn: d.dsn, table: "inbox"}).resolve(true)
+	dialect, driver, dsn, err := (&target{dsn: d.dsn, table: "inbox"}).resolve(true, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +218,10 @@ func (d database) open(t *testing.T) (*sql.DB, sqlinbox.Dialect) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	// A SQLite file exists from here on, as a service's would.
+	if err := db.PingContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return db, dialect
 }
 
@@ -213,11 +285,35 @@ func TestCommandsAgainstDatabases(t *testing.T) {
 				}
 			}
 
-			// Not a terminal: one summary line.
-			code, stdout, stderr = cli(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100"}, common...)...)
-			wantLine := fmt.Sprintf("deleted 290 claims older than 1h0m0s from %q in 3 batches", table)
-			if code != 0 || stderr != "" || strings.Count(stdout, "\n") != 1 || !strings.HasPrefix(stdout, wantLine) {
-				t.Errorf("cleanup: exit %d, stdout %q, stderr %q; want one line starting %q", code, stdout, stderr, wantLine)
+			// Not a terminal: lines, here one per batch but the last, then the summary.
+			code, stdout, stderr = cli(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100", "-progress-every", "0"}, common...)...)
+			wantLines := []string{
+				fmt.Sprintf(`^counting the claims older than 1h0m0s in %q$`, table),
+				`^290 claims to delete, in batches of 100$`,
+				`^deleted 100 of 290 claims in 1 batch, \d+ rows/s, 190 left, about \d+s to go$`,
+				`^deleted 200 of 290 claims in 2 batches, \d+ rows/s, 90 left, about \d+s to go$`,
+				fmt.Sprintf(`^deleted 290 claims older than 1h0m0s from %q in 3 batches, \S+ \(\d+ rows/s\)$`, table),
+			}
+			if lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n"); code != 0 || stderr != "" || len(lines) != len(wantLines) {
+				t.Errorf("cleanup: exit %d, stderr %q, stdout:\n%s\nwant %d lines", code, stderr, stdout, len(wantLines))
+			} else {
+				for i, want := range wantLines {
+					if !regexp.MustCompile(want).MatchString(lines[i]) {
+						t.Errorf("cleanup: line %d is %q, want %s", i+1, lines[i], want)
+					}
+				}
+			}
+			// The default interval (10 s) prints no progress line in a pass this short, and
+			// a pass with nothing to delete takes 1 batch, in the singular.
+			code, stdout, _ = cli(t, append([]string{"cleanup", "-older-than", "1h"}, common...)...)
+			if want := "0 claims to delete"; code != 0 || strings.Count(stdout, "\n") != 3 || !strings.Contains(stdout, want) ||
+				!strings.Contains(stdout, "deleted 0 claims older than 1h0m0s from "+fmt.Sprintf("%q", table)+" in 1 batch,") {
+				t.Errorf("cleanup of nothing: exit %d, stdout %q", code, stdout)
+			}
+			// -progress none: no count, one summary line.
+			code, stdout, _ = cli(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...)...)
+			if code != 0 || strings.Count(stdout, "\n") != 1 || !strings.HasPrefix(stdout, "deleted 0 claims") {
+				t.Errorf("cleanup -progress none: exit %d, stdout %q", code, stdout)
 			}
 			code, stdout, _ = cli(t, append([]string{"stats"}, common...)...)
 			if code != 0 || !regexp.MustCompile(`(?m)^claims\s+10$`).MatchString(stdout) || strings.Contains(stdout, "gone_consumer") {
@@ -230,9 +326,33 @@ func TestCommandsAgainstDatabases(t *testing.T) {
 			if code != 0 || stderr != "" {
 				t.Fatalf("cleanup with bar: exit %d, stderr %q", code, stderr)
 			}
-			for _, want := range []string{"\r[", "100/150 rows", "\r[" + strings.Repeat("#", 30) + "] 100% 150/150 rows", "\ndeleted 150 claims"} {
+			for _, want := range []string{"\rcounting the claims", "\r150 claims to delete", "\r[", "100/150 rows",
+				"\r[" + strings.Repeat("#", 30) + "] 100% 150/150 rows", "\ndeleted 150 claims"} {
 				if !strings.Contains(stdout, want) {
 					t.Errorf("cleanup with bar: stdout %q, want it to contain %q", stdout, want)
+				}
+			}
+
+			// Another cleanup holds the lock: exit 3, nothing deleted.
+			if dialect.CleanupLock != "" {
+				insert(t, db, dialect, table, "locked", 5, d.age)
+				conn, err := db.Conn(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				parsed, err := dialect.ParseTable(table)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got int
+				if err := conn.QueryRowContext(context.Background(), dialect.CleanupLock, dialect.CleanupLockKey(parsed)).Scan(&got); err != nil || got != 1 {
+					t.Fatalf("take the cleanup lock: %d, %v", got, err)
+				}
+				wantError(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...), exitBusy,
+					"another cleanup of this table is running")
+				if code, stdout, _ := cli(t, append([]string{"stats"}, common...)...); code != 0 || !regexp.MustCompile(`(?m)^locked\s+5\s`).MatchString(stdout) {
+					t.Errorf("stats while locked: exit %d, want the 5 locked claims kept:\n%s", code, stdout)
 				}
 			}
 		})

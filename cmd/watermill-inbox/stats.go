@@ -6,8 +6,6 @@ import (
 	"io"
 	"text/tabwriter"
 	"time"
-
-	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 type consumerStats struct {
@@ -17,25 +15,17 @@ type consumerStats struct {
 }
 
 func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("stats")
-	var t target
-	t.register(fs)
-	if err := parse(fs, args, stderr); err != nil {
+	c := newCommand("stats")
+	if err := c.parse(args, stderr); err != nil {
 		return err
 	}
-	db, dialect, err := t.open(ctx)
+	d, err := c.connect(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	if err := checkTable(ctx, db, dialect, t.table); err != nil {
-		return err
-	}
+	defer d.Close()
+	db, dialect, store, t := d.db, d.dialect, d.store, c.target
 	quoted, err := dialect.QuoteTable(t.table)
-	if err != nil {
-		return err
-	}
-	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: t.table})
 	if err != nil {
 		return err
 	}
