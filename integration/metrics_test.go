@@ -3,11 +3,14 @@ package integration
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -133,5 +136,112 @@ func TestCleanupMetric(t *testing.T) {
 	}
 	if counted != 3 {
 		t.Errorf("%s = %d, want 3", inbox.MetricRowsCleaned, counted)
+	}
+}
+
+// countingProvider counts the Int64Counter instruments created through it.
+type countingProvider struct {
+	metric.MeterProvider
+	counters atomic.Int64
+}
+
+func (p *countingProvider) Meter(name string, opts ...metric.MeterOption) metric.Meter {
+	return countingMeter{p.MeterProvider.Meter(name, opts...), &p.counters}
+}
+
+type countingMeter struct {
+	metric.Meter
+	counters *atomic.Int64
+}
+
+func (m countingMeter) Int64Counter(name string, opts ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	m.counters.Add(1)
+	return m.Meter.Int64Counter(name, opts...)
+}
+
+// RetentionConfig.MeterProvider receives the rows every pass of a runner deletes, on one
+// counter the runner creates once, however many passes it runs.
+func TestRetentionRunnerMeterProvider(t *testing.T) {
+	b := backends["database-sql/sqlite"](t)
+	// expire inserts expired claims in one statement, so that no pass sees some of them.
+	expire := func(keys ...any) {
+		t.Helper()
+		values := strings.TrimSuffix(strings.Repeat("('billing', ?, '2000-01-01T00:00:00.000Z'), ", len(keys)), ", ")
+		if err := b.direct.exec(context.Background(),
+			"INSERT INTO "+b.table+" (consumer, message_id, processed_at) VALUES "+values, keys...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expire("a", "b", "c")
+	reader := sdkmetric.NewManualReader()
+	sdk := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+	provider := &countingProvider{MeterProvider: sdk}
+
+	passes := make(chan int64, 1024) // rows deleted by each finished pass
+	runner, err := sqlinbox.NewRetentionRunner(b.store.(*sqlinbox.SQLStore), sqlinbox.RetentionConfig{
+		Retention: time.Hour, Interval: time.Millisecond, BatchSize: 2, MeterProvider: provider,
+		Progress: func(p sqlinbox.CleanupProgress) {
+			if p.Done {
+				select {
+				case passes <- p.Deleted:
+				default:
+				}
+			}
+		},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+
+	// The first pass deletes the 3 rows; once a later pass has run, 2 more expire, and a
+	// pass after that deletes them.
+	wait := func(want int64, what string) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case n := <-passes:
+				if n == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no pass deleted %d rows (%s) within 10 s", want, what)
+			}
+		}
+	}
+	wait(3, "the first rows")
+	wait(0, "a pass with nothing to do")
+	expire("d", "e")
+	wait(2, "the rows expired later")
+
+	var data metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &data); err != nil {
+		t.Fatal(err)
+	}
+	var counted int64
+	for _, scope := range data.ScopeMetrics {
+		for _, m := range scope.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == inbox.MetricRowsCleaned {
+				for _, p := range sum.DataPoints {
+					counted += p.Value
+				}
+			}
+		}
+	}
+	if counted != 5 {
+		t.Errorf("%s = %d, want 5", inbox.MetricRowsCleaned, counted)
+	}
+	if n := provider.counters.Load(); n != 1 {
+		t.Errorf("the runner created %d counters, want 1 for all its passes", n)
 	}
 }

@@ -48,6 +48,20 @@ type CleanupConfig struct {
 	// MeterProvider receives the inbox.cleanup.rows_deleted counter (inbox.MetricRowsCleaned),
 	// with the attribute "table". Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+
+	// rowsCleaned, if set, is the counter on MeterProvider, created once by a
+	// RetentionRunner for all its passes.
+	rowsCleaned metric.Int64Counter
+}
+
+// newRowsCleaned creates the inbox.cleanup.rows_deleted counter on provider.
+func newRowsCleaned(provider metric.MeterProvider) (metric.Int64Counter, error) {
+	counter, err := provider.Meter(inbox.MeterName).Int64Counter(inbox.MetricRowsCleaned,
+		metric.WithDescription("Inbox rows deleted by retention cleanup"), metric.WithUnit("{row}"))
+	if err != nil {
+		return nil, fmt.Errorf("sqlinbox: cleanup: metrics: %w", err)
+	}
+	return counter, nil
 }
 
 // CleanupProgress is the state of a cleanup pass, as given to CleanupConfig.Progress.
@@ -160,10 +174,11 @@ func (s cleanupStatements) pass(ctx context.Context, session cleanupSession, old
 			}
 		}()
 	}
-	rowsCleaned, err := config.MeterProvider.Meter(inbox.MeterName).Int64Counter(inbox.MetricRowsCleaned,
-		metric.WithDescription("Inbox rows deleted by retention cleanup"), metric.WithUnit("{row}"))
-	if err != nil {
-		return 0, false, fmt.Errorf("sqlinbox: cleanup: metrics: %w", err)
+	rowsCleaned := config.rowsCleaned
+	if rowsCleaned == nil {
+		if rowsCleaned, err = newRowsCleaned(config.MeterProvider); err != nil {
+			return 0, false, err
+		}
 	}
 	tableAttr := metric.WithAttributes(attribute.String("table", s.table))
 	start := time.Now()

@@ -4,14 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // DefaultRetentionInterval is the time between cleanup passes when
 // RetentionConfig.Interval is 0.
 const DefaultRetentionInterval = time.Hour
+
+// DefaultRetentionRetryDelay is the wait before the first retry of a failed cleanup pass when
+// RetentionConfig.RetryDelay is 0.
+const DefaultRetentionRetryDelay = 10 * time.Second
 
 // Cleaner deletes claims older than a retention. PgxStore and SQLStore implement it.
 type Cleaner interface {
@@ -31,9 +38,16 @@ type RetentionConfig struct {
 	// arrives after its row is gone is processed again. See docs/operating.md.
 	Retention time.Duration
 
-	// Interval is the time from the end of one pass to the start of the next.
+	// Interval is the time from the end of one pass to the start of the next, after a pass
+	// that succeeded or found another instance's pass running.
 	// Default: DefaultRetentionInterval (1 hour).
 	Interval time.Duration
+
+	// RetryDelay is the wait after a pass that failed (a lost connection, a database
+	// restarting) before the next. It doubles with each failure in a row, up to Interval,
+	// and each wait is shortened by a random part of up to a half, so that instances that
+	// failed together do not retry together. Default: DefaultRetentionRetryDelay (10 s).
+	RetryDelay time.Duration
 
 	// BatchSize and Pause are passed to each pass as CleanupConfig.BatchSize (default
 	// 10,000) and CleanupConfig.Pause (default 0).
@@ -42,11 +56,22 @@ type RetentionConfig struct {
 
 	// Progress, if set, is passed to each pass as CleanupConfig.Progress.
 	Progress func(CleanupProgress)
+
+	// MeterProvider receives the inbox.cleanup.rows_deleted counter of every pass (see
+	// CleanupConfig.MeterProvider); the runner creates the counter once.
+	// Default: the global provider, otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 func (c *RetentionConfig) setDefaults() {
 	if c.Interval == 0 {
 		c.Interval = DefaultRetentionInterval
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = DefaultRetentionRetryDelay
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
 	}
 }
 
@@ -57,16 +82,25 @@ func (c RetentionConfig) validate() error {
 	if c.Interval < 0 {
 		return fmt.Errorf("sqlinbox: negative retention Interval %s", c.Interval)
 	}
+	if c.RetryDelay < 0 {
+		return fmt.Errorf("sqlinbox: negative retention RetryDelay %s", c.RetryDelay)
+	}
 	return CleanupConfig{BatchSize: c.BatchSize, Pause: c.Pause}.validate()
 }
 
-// RetentionRunner runs a cleanup pass at start and then every Interval. Every instance of a
-// service may run one: on PostgreSQL and MySQL a pass that finds another instance's pass
-// running skips its turn (ErrCleanupBusy), so one instance deletes at a time.
+// RetentionRunner runs a cleanup pass at start and then every Interval; a pass that fails
+// is retried sooner (RetentionConfig.RetryDelay). Every instance of a service may run one:
+// on PostgreSQL and MySQL a pass that finds another instance's pass running skips its turn
+// (ErrCleanupBusy), so one instance deletes at a time.
 type RetentionRunner struct {
-	store  Cleaner
-	config RetentionConfig
-	logger watermill.LoggerAdapter
+	store       Cleaner
+	config      RetentionConfig
+	logger      watermill.LoggerAdapter
+	rowsCleaned metric.Int64Counter
+
+	// after and jitter are time.After and a random duration in [0, n); tests replace them.
+	after  func(time.Duration) <-chan time.Time
+	jitter func(n time.Duration) time.Duration
 }
 
 // NewRetentionRunner returns a runner of store's cleanup; a nil logger logs nothing.
@@ -81,31 +115,76 @@ func NewRetentionRunner(store Cleaner, config RetentionConfig, logger watermill.
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &RetentionRunner{store: store, config: config, logger: logger}, nil
+	rowsCleaned, err := newRowsCleaned(config.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	return &RetentionRunner{
+		store:       store,
+		config:      config,
+		logger:      logger,
+		rowsCleaned: rowsCleaned,
+		after:       time.After,
+		jitter:      func(n time.Duration) time.Duration { return time.Duration(rand.Int64N(int64(n) + 1)) },
+	}, nil
 }
 
-// Run runs passes until ctx is done, then returns nil. A pass that fails is logged and
-// retried at the next interval; a pass cancelled by ctx keeps the batches it committed.
+// Run runs passes until ctx is done, then returns nil. After a pass that deletes what it
+// should, or finds another instance's pass running, the next starts Interval later. After a
+// pass that fails, it is logged and the next starts after RetryDelay, doubled with each
+// failure in a row up to Interval, less a random part of up to a half. A pass cancelled by
+// ctx keeps the batches it committed.
 func (r *RetentionRunner) Run(ctx context.Context) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	var wait time.Duration // none before the first pass
+	failures := 0
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.after(wait):
+			}
 		}
-		r.pass(ctx)
-		timer.Reset(r.config.Interval)
+		if ctx.Err() != nil {
+			return nil
+		}
+		err := r.pass(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil || errors.Is(err, ErrCleanupBusy) {
+			failures = 0
+			wait = r.config.Interval
+			continue
+		}
+		failures++
+		wait = r.retryDelay(failures)
+		r.logger.Info("Inbox cleanup will be retried", watermill.LogFields{
+			"failures": failures, "retry_in": wait.String(),
+		})
 	}
 }
 
-func (r *RetentionRunner) pass(ctx context.Context) {
+// retryDelay is the wait after the given number of failed passes in a row: RetryDelay
+// doubled for each failure after the first, at most Interval, less a random part of up to a
+// half.
+func (r *RetentionRunner) retryDelay(failures int) time.Duration {
+	d := r.config.RetryDelay
+	for i := 1; i < failures && d < r.config.Interval; i++ {
+		d *= 2
+	}
+	d = min(d, r.config.Interval)
+	return d - r.jitter(d/2)
+}
+
+func (r *RetentionRunner) pass(ctx context.Context) error {
 	start := time.Now()
 	deleted, err := r.store.Cleanup(ctx, r.config.Retention, CleanupConfig{
-		BatchSize: r.config.BatchSize,
-		Pause:     r.config.Pause,
-		Progress:  r.config.Progress,
+		BatchSize:     r.config.BatchSize,
+		Pause:         r.config.Pause,
+		Progress:      r.config.Progress,
+		MeterProvider: r.config.MeterProvider,
+		rowsCleaned:   r.rowsCleaned,
 	})
 	fields := watermill.LogFields{
 		"deleted":   deleted,
@@ -122,4 +201,5 @@ func (r *RetentionRunner) pass(ctx context.Context) {
 	default:
 		r.logger.Info("Inbox cleanup done", fields)
 	}
+	return err
 }
