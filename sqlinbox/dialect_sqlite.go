@@ -9,7 +9,7 @@ import (
 )
 
 // SQLite is SQLite 3.24 or later, through modernc.org/sqlite or github.com/mattn/go-sqlite3.
-// Open the database with a busy timeout (modernc.org/sqlite: _pragma=busy_timeout(5000)) so
+// Open the database with a busy timeout (modernc.org/sqlite: _pragma=busy_timeout(10000)) so
 // concurrent writers wait for each other instead of failing with SQLITE_BUSY. The claim is
 // the transaction's first statement, so it takes the write lock at once; a duplicate fails
 // it with SQLITE_CONSTRAINT_PRIMARYKEY, which ends the statement but not the transaction.

@@ -17,8 +17,8 @@ import (
 )
 
 func main() {
-	amqpURL := flag.String("amqp", demo.DefaultAMQPURL, "RabbitMQ URL")
-	postgres := flag.String("postgres", demo.DefaultPostgresURL, "PostgreSQL URL")
+	amqpURL := flag.String("amqp", demo.AMQPURL, demo.FlagHelp("RabbitMQ URL", "INBOX_TEST_AMQP_URL"))
+	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL", "INBOX_TEST_POSTGRES_URL"))
 	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.Parse()
 
@@ -45,6 +45,7 @@ func run(amqpURL, postgres string, orders int) error {
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
+		Leaves:      "the durable RabbitMQ queue " + billing.Topic + " (drained; the next run uses it again)",
 	})
 }
 

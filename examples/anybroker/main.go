@@ -52,11 +52,11 @@ func main() {
 	flag.StringVar(&cfg.Broker, "broker", envOr("INBOX_BROKER", "gochannel"), "one of "+strings.Join(Brokers, ", ")+" (env INBOX_BROKER)")
 	flag.StringVar(&cfg.Topic, "topic", billing.Topic, "topic to publish to and consume from")
 	flag.IntVar(&cfg.Orders, "orders", 200, "distinct orders to publish, each 1-3 times")
-	flag.StringVar(&cfg.Postgres, "postgres", demo.DefaultPostgresURL, "PostgreSQL URL: the inbox, the invoices, and the sql broker")
+	flag.StringVar(&cfg.Postgres, "postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL: the inbox, the invoices, and the sql broker", "INBOX_TEST_POSTGRES_URL"))
 	flag.StringVar(&cfg.Kafka, "kafka", demo.DefaultKafkaBrokers, "Kafka brokers, comma-separated")
-	flag.StringVar(&cfg.AMQP, "amqp", demo.DefaultAMQPURL, "RabbitMQ URL")
-	flag.StringVar(&cfg.NATS, "nats", demo.DefaultNATSURL, "NATS URL (JetStream enabled)")
-	flag.StringVar(&cfg.Redis, "redis", demo.DefaultRedisAddr, "Redis address")
+	flag.StringVar(&cfg.AMQP, "amqp", demo.AMQPURL, demo.FlagHelp("RabbitMQ URL", "INBOX_TEST_AMQP_URL"))
+	flag.StringVar(&cfg.NATS, "nats", demo.NATSURL, demo.FlagHelp("NATS URL (JetStream enabled)", "INBOX_TEST_NATS_URL"))
+	flag.StringVar(&cfg.Redis, "redis", demo.RedisAddr, demo.FlagHelp("Redis address", "INBOX_TEST_REDIS_ADDR"))
 	flag.Parse()
 
 	if err := run(context.Background(), cfg, os.Stdout); err != nil {
@@ -82,7 +82,18 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		Publisher:   pub,
 		Subscriber:  sub,
 		Out:         out,
+		Leaves:      leaves[cfg.Broker],
 	})
+}
+
+// leaves is what a run leaves on each broker: the topic's queue, stream or table, drained,
+// which the next run uses again.
+var leaves = map[string]string{
+	"kafka":       "the Kafka topic and the offsets of the consumer group billing",
+	"amqp":        "the durable RabbitMQ queue of the topic, drained",
+	"nats":        "the JetStream stream and durable consumer of the topic, drained",
+	"redisstream": "the Redis stream of the topic and its consumer group, drained",
+	"sql":         "the watermill-sql tables of the topic in PostgreSQL, drained",
 }
 
 // open builds the broker's publisher and subscriber, configured as in that broker's own

@@ -1,6 +1,6 @@
 // Command kafka runs the billing handler behind the inbox on Kafka, as a consumer group.
 //
-//	go run ./examples/kafka -brokers 127.0.0.1:9092
+//	go run ./examples/kafka -kafka 127.0.0.1:9092
 package main
 
 import (
@@ -19,8 +19,8 @@ import (
 )
 
 func main() {
-	brokers := flag.String("brokers", demo.DefaultKafkaBrokers, "Kafka brokers, comma-separated")
-	postgres := flag.String("postgres", demo.DefaultPostgresURL, "PostgreSQL URL")
+	brokers := flag.String("kafka", demo.DefaultKafkaBrokers, "Kafka brokers, comma-separated")
+	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL", "INBOX_TEST_POSTGRES_URL"))
 	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.Parse()
 
@@ -47,6 +47,7 @@ func run(brokers []string, postgres string, orders int) error {
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
+		Leaves:      "the Kafka topic " + billing.Topic + " and the offsets of the consumer group billing (the next run starts after them)",
 	})
 }
 

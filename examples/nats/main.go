@@ -19,8 +19,8 @@ import (
 )
 
 func main() {
-	natsURL := flag.String("nats", demo.DefaultNATSURL, "NATS URL (JetStream enabled: nats-server -js)")
-	postgres := flag.String("postgres", demo.DefaultPostgresURL, "PostgreSQL URL")
+	natsURL := flag.String("nats", demo.NATSURL, demo.FlagHelp("NATS URL (JetStream enabled: nats-server -js)", "INBOX_TEST_NATS_URL"))
+	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL", "INBOX_TEST_POSTGRES_URL"))
 	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.Parse()
 
@@ -47,6 +47,7 @@ func run(natsURL, postgres string, orders int) error {
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
+		Leaves:      "the JetStream stream and durable consumer of " + billing.Topic + " (drained; the next run uses them again)",
 	})
 }
 

@@ -37,7 +37,7 @@ import (
 )
 
 func main() {
-	postgres := flag.String("postgres", demo.DefaultPostgresURL, "PostgreSQL URL, for the inbox, the invoices and the outbox")
+	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL, for the inbox, the invoices and the outbox", "INBOX_TEST_POSTGRES_URL"))
 	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.Parse()
 

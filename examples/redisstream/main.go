@@ -19,8 +19,8 @@ import (
 )
 
 func main() {
-	redisAddr := flag.String("redis", demo.DefaultRedisAddr, "Redis address")
-	postgres := flag.String("postgres", demo.DefaultPostgresURL, "PostgreSQL URL")
+	redisAddr := flag.String("redis", demo.RedisAddr, demo.FlagHelp("Redis address", "INBOX_TEST_REDIS_ADDR"))
+	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL", "INBOX_TEST_POSTGRES_URL"))
 	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.Parse()
 
@@ -50,6 +50,7 @@ func run(redisAddr, postgres string, orders int) error {
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
+		Leaves:      "the Redis stream " + billing.Topic + " and its consumer group (drained; the next run uses them again)",
 	})
 }
 

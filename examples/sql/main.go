@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	postgres := flag.String("postgres", demo.DefaultPostgresURL, "PostgreSQL URL (13 or later), for the messages and the invoices")
+	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL (13 or later), for the messages and the invoices", "INBOX_TEST_POSTGRES_URL"))
 	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.Parse()
 
@@ -51,6 +51,7 @@ func run(postgres string, orders int) error {
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
+		Leaves:      "the watermill-sql tables of the topic " + billing.Topic + " in PostgreSQL (drained; the next run uses them again)",
 	})
 }
 

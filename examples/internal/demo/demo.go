@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -40,6 +41,9 @@ type Options struct {
 	Subscriber message.Subscriber
 	// Out receives the result table.
 	Out io.Writer
+	// Leaves says what the example leaves on the broker when it ends (its tables it drops),
+	// printed after the result table; "" for nothing.
+	Leaves string
 }
 
 // Run creates an inbox table and an invoice table (random names, dropped at the end), runs
@@ -149,6 +153,9 @@ func Run(ctx context.Context, o Options) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if o.Leaves != "" {
+		fmt.Fprintf(o.Out, "left in place: %s\n", o.Leaves)
+	}
 	if counts.Invoices != o.Orders {
 		return fmt.Errorf("%d invoices for %d orders", counts.Invoices, o.Orders)
 	}
@@ -197,6 +204,28 @@ const (
 	DefaultRedisAddr    = testenv.DefaultRedisAddr
 	DefaultKafkaBrokers = "127.0.0.1:9092"
 )
+
+// Addresses the examples use unless a flag says otherwise: the same INBOX_TEST_* variables
+// the tests read (internal/testenv), then the defaults above. Kafka has no variable: its
+// tests run in-process.
+var (
+	PostgresURL = envOr(testenv.PostgresURLVar, DefaultPostgresURL)
+	AMQPURL     = envOr(testenv.AMQPURLVar, DefaultAMQPURL)
+	NATSURL     = envOr(testenv.NATSURLVar, DefaultNATSURL)
+	RedisAddr   = envOr(testenv.RedisAddrVar, DefaultRedisAddr)
+)
+
+// FlagHelp ends the help text of a flag whose default comes from variable.
+func FlagHelp(what, variable string) string {
+	return what + " (default $" + variable + ", or the shown value)"
+}
+
+func envOr(variable, fallback string) string {
+	if v := os.Getenv(variable); v != "" {
+		return v
+	}
+	return fallback
+}
 
 // DefaultAddresses lists every default address above, by service, for the compose test.
 var DefaultAddresses = map[string]string{
