@@ -131,8 +131,12 @@ func (c Config) validate() error {
 // published again with its original UUIDs (in case the first publish failed) and the message
 // is acked. Config.WriteBehind runs the handler first and claims after it.
 //
-// Add it inside middleware.Retry, so that every retry gets a fresh transaction, and inside
-// middleware.PoisonQueue: router.AddMiddleware(poisonQueue, retry.Middleware, inboxMiddleware).
+// Add it inside middleware.Retry, so that every retry gets a fresh transaction, inside
+// middleware.PoisonQueue and middleware.Recoverer, and outside middleware.Timeout, whose
+// cancelled context the inbox keeps from reaching the middleware after it:
+//
+//	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
+//		inboxMiddleware, middleware.Timeout(d), middleware.CorrelationID)
 //
 // A nil logger logs nothing.
 func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {
