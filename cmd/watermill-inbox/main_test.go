@@ -367,3 +367,72 @@ func TestParseAge(t *testing.T) {
 		}
 	}
 }
+
+// The CLI commands README.md and docs/operating.md show, run as written in the order shown,
+// against a new SQLite database in INBOX_DSN: each must succeed, so that the documentation
+// cannot drift from the flags.
+func TestDocumentedCommands(t *testing.T) {
+	t.Setenv(dsnVar, "sqlite://"+filepath.Join(t.TempDir(), "inbox.db"))
+	for _, doc := range []string{"../../README.md", "../../docs/operating.md"} {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var commands int
+		for _, line := range strings.Split(string(raw), "\n") {
+			rest, ok := strings.CutPrefix(line, "go run ./cmd/watermill-inbox ")
+			if !ok {
+				continue
+			}
+			commands++
+			args := shellWords(t, rest)
+			if code, _, stderr := cli(t, args...); code != exitOK {
+				t.Errorf("%s: %q: exit %d, stderr %q", doc, line, code, stderr)
+			}
+		}
+		if commands < 4 {
+			t.Errorf("%s shows %d commands of the CLI, want schema, migrate, cleanup and stats", doc, commands)
+		}
+	}
+}
+
+// shellWords splits a command line as sh would for the documented commands: words, double
+// quotes, $VARIABLES expanded, a # comment dropped.
+func shellWords(t *testing.T, line string) []string {
+	t.Helper()
+	var words []string
+	var word strings.Builder
+	inWord, quoted := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '"':
+			quoted, inWord = !quoted, true
+		case c == '$':
+			j := i + 1
+			for j < len(line) && (line[j] == '_' || line[j] >= 'A' && line[j] <= 'Z' || line[j] >= '0' && line[j] <= '9') {
+				j++
+			}
+			word.WriteString(os.Getenv(line[i+1 : j]))
+			i, inWord = j-1, true
+		case c == '#' && !quoted && !inWord:
+			i = len(line)
+		case (c == ' ' || c == '\t') && !quoted:
+			if inWord {
+				words = append(words, word.String())
+				word.Reset()
+				inWord = false
+			}
+		default:
+			word.WriteByte(c)
+			inWord = true
+		}
+	}
+	if quoted {
+		t.Fatalf("unbalanced quotes in %q", line)
+	}
+	if inWord {
+		words = append(words, word.String())
+	}
+	return words
+}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/inboxkit/watermill-inbox/examples/billing"
 	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
 )
 
@@ -38,15 +38,32 @@ func run(amqpURL, postgres string, orders int) error {
 	if err != nil {
 		return err
 	}
+	topic := demo.Topic()
 	return demo.Run(context.Background(), demo.Options{
 		PostgresURL: postgres,
-		Topic:       billing.Topic,
+		Topic:       topic,
 		Orders:      orders,
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
-		Leaves:      "the durable RabbitMQ queue " + billing.Topic + " (drained; the next run uses it again)",
+		Remove:      func(context.Context) error { return removeQueue(amqpURL, topic) },
 	})
+}
+
+// removeQueue deletes the durable queue the run declared.
+func removeQueue(amqpURL, queue string) error {
+	conn, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	_, err = ch.QueueDelete(queue, false, false, false)
+	return err
 }
 
 // config is a durable queue named after the topic. Subscribers of one queue compete for its

@@ -28,7 +28,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/inboxkit/watermill-inbox/examples/billing"
 	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
 )
 
@@ -50,7 +49,7 @@ type config struct {
 func main() {
 	var cfg config
 	flag.StringVar(&cfg.Broker, "broker", envOr("INBOX_BROKER", "gochannel"), "one of "+strings.Join(Brokers, ", ")+" (env INBOX_BROKER)")
-	flag.StringVar(&cfg.Topic, "topic", billing.Topic, "topic to publish to and consume from")
+	flag.StringVar(&cfg.Topic, "topic", "", "topic to publish to and consume from (default: orders_<random>, new each run)")
 	flag.IntVar(&cfg.Orders, "orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.StringVar(&cfg.Postgres, "postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL: the inbox, the invoices, and the sql broker", "INBOX_TEST_POSTGRES_URL"))
 	flag.StringVar(&cfg.Kafka, "kafka", demo.DefaultKafkaBrokers, "Kafka brokers, comma-separated")
@@ -59,6 +58,9 @@ func main() {
 	flag.StringVar(&cfg.Redis, "redis", demo.RedisAddr, demo.FlagHelp("Redis address", "INBOX_TEST_REDIS_ADDR"))
 	flag.Parse()
 
+	if cfg.Topic == "" {
+		cfg.Topic = demo.Topic()
+	}
 	if err := run(context.Background(), cfg, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "anybroker (%s): %v\n", cfg.Broker, err)
 		os.Exit(1)
@@ -86,8 +88,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	})
 }
 
-// leaves is what a run leaves on each broker: the topic's queue, stream or table, drained,
-// which the next run uses again.
+// leaves is what a run leaves on each broker: the topic's queue, stream or tables, drained,
+// under a name no other run uses (examples/<broker> removes them; this program stays
+// minimal).
 var leaves = map[string]string{
 	"kafka":       "the Kafka topic and the offsets of the consumer group billing",
 	"amqp":        "the durable RabbitMQ queue of the topic, drained",

@@ -14,7 +14,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 
-	"github.com/inboxkit/watermill-inbox/examples/billing"
 	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
 )
 
@@ -40,14 +39,24 @@ func run(brokers []string, postgres string, orders int) error {
 	if err != nil {
 		return err
 	}
+	topic := demo.Topic()
 	return demo.Run(context.Background(), demo.Options{
 		PostgresURL: postgres,
-		Topic:       billing.Topic,
+		Topic:       topic,
 		Orders:      orders,
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
-		Leaves:      "the Kafka topic " + billing.Topic + " and the offsets of the consumer group billing (the next run starts after them)",
+		// The topic the broker created on first use; the consumer group's offsets of a
+		// deleted topic go with it.
+		Remove: func(context.Context) error {
+			admin, err := sarama.NewClusterAdmin(brokers, sarama.NewConfig())
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			return admin.DeleteTopic(topic)
+		},
 	})
 }
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmjetstream "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/inboxkit/watermill-inbox/examples/billing"
 	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
 )
 
@@ -40,15 +40,30 @@ func run(natsURL, postgres string, orders int) error {
 		return err
 	}
 	defer publisher.Close()
+	topic := demo.Topic()
 	return demo.Run(context.Background(), demo.Options{
 		PostgresURL: postgres,
-		Topic:       billing.Topic,
+		Topic:       topic,
 		Orders:      orders,
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
-		Leaves:      "the JetStream stream and durable consumer of " + billing.Topic + " (drained; the next run uses them again)",
+		Remove:      func(ctx context.Context) error { return removeStream(ctx, natsURL, topic) },
 	})
+}
+
+// removeStream deletes the stream the run created, and its durable consumer with it.
+func removeStream(ctx context.Context, natsURL, stream string) error {
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	return js.DeleteStream(ctx, stream)
 }
 
 // newSubscriber consumes the topic's stream through the durable consumer "billing". All

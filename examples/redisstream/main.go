@@ -14,7 +14,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/inboxkit/watermill-inbox/examples/billing"
 	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
 )
 
@@ -43,14 +42,20 @@ func run(redisAddr, postgres string, orders int) error {
 	if err != nil {
 		return err
 	}
+	topic := demo.Topic()
 	return demo.Run(context.Background(), demo.Options{
 		PostgresURL: postgres,
-		Topic:       billing.Topic,
+		Topic:       topic,
 		Orders:      orders,
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
-		Leaves:      "the Redis stream " + billing.Topic + " and its consumer group (drained; the next run uses them again)",
+		// The stream's key; its consumer group goes with it.
+		Remove: func(ctx context.Context) error {
+			client := redis.NewClient(&redis.Options{Addr: redisAddr})
+			defer client.Close()
+			return client.Del(ctx, topic).Err()
+		},
 	})
 }
 

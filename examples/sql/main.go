@@ -15,8 +15,8 @@ import (
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inboxkit/watermill-inbox/examples/billing"
 	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 func main() {
@@ -44,14 +44,27 @@ func run(postgres string, orders int) error {
 	if err != nil {
 		return err
 	}
+	topic := demo.Topic()
 	return demo.Run(context.Background(), demo.Options{
 		PostgresURL: postgres,
-		Topic:       billing.Topic,
+		Topic:       topic,
 		Orders:      orders,
 		Publisher:   publisher,
 		Subscriber:  subscriber,
 		Out:         os.Stdout,
-		Leaves:      "the watermill-sql tables of the topic " + billing.Topic + " in PostgreSQL (drained; the next run uses them again)",
+		// The tables watermill-sql created for the topic.
+		Remove: func(ctx context.Context) error {
+			for _, table := range []string{"watermill_" + topic, "watermill_offsets_" + topic} {
+				quoted, err := sqlinbox.Postgres.QuoteTable(table)
+				if err != nil {
+					return err
+				}
+				if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+quoted); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 	})
 }
 

@@ -41,18 +41,33 @@ type Options struct {
 	Subscriber message.Subscriber
 	// Out receives the result table.
 	Out io.Writer
-	// Leaves says what the example leaves on the broker when it ends (its tables it drops),
-	// printed after the result table; "" for nothing.
+	// Remove, if set, deletes what the broker keeps of Topic (a queue, a stream, tables);
+	// Run calls it when it ends, whatever the outcome, and fails if it fails.
+	Remove func(ctx context.Context) error
+	// Leaves says what stays on the broker when Run ends, printed after the result table;
+	// "" for nothing.
 	Leaves string
 }
+
+// Topic returns a topic name no other run uses (orders_<random>), so that what a crashed
+// run left on a broker can never reach the next run.
+func Topic() string { return testenv.Name(billing.Topic) }
 
 // Run creates an inbox table and an invoice table (random names, dropped at the end), runs
 // the billing handler behind the inbox middleware in a router, publishes the orders with
 // duplicates, waits until every order is invoiced, prints what happened, and returns an
 // error unless every order got exactly one invoice.
-func Run(ctx context.Context, o Options) error {
+func Run(ctx context.Context, o Options) (err error) {
 	if o.Orders == 0 {
 		o.Orders = 200
+	}
+	if o.Remove != nil {
+		// Deferred first, so it runs last: after the router and the subscriber closed.
+		defer func() {
+			if removeErr := o.Remove(context.WithoutCancel(ctx)); removeErr != nil {
+				err = errors.Join(err, fmt.Errorf("remove topic %s: %w", o.Topic, removeErr))
+			}
+		}()
 	}
 	pool, err := pgxpool.New(ctx, o.PostgresURL)
 	if err != nil {
