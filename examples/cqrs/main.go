@@ -38,8 +38,8 @@ import (
 )
 
 func main() {
-	amqpURL := flag.String("amqp", demo.DefaultAMQPURL, "RabbitMQ URL")
-	postgres := flag.String("postgres", demo.DefaultPostgresURL, "PostgreSQL URL")
+	amqpURL := flag.String("amqp", demo.AMQPURL, demo.FlagHelp("RabbitMQ URL", "INBOX_TEST_AMQP_URL"))
+	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL", "INBOX_TEST_POSTGRES_URL"))
 	orders := flag.Int("orders", 100, "orders to invoice")
 	flag.Parse()
 	if err := run(context.Background(), *amqpURL, *postgres, *orders, os.Stdout); err != nil {
