@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"io"
+	"log"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +18,17 @@ import (
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
+
+// TestMain lets the test binary serve as the delay proxy's child process, as the program does.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(proxyEnv); spec != "" {
+		if err := serveDelayProxy(spec); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	os.Exit(m.Run())
+}
 
 // TestDelayProxy sends a pipelined megabyte through the proxy to an echo server and back:
 // every byte arrives, in order, and a round trip takes at least twice the delay.

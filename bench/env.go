@@ -117,7 +117,8 @@ func openEnv(ctx context.Context, o options) (_ *env, err error) {
 }
 
 // pgPool opens a pool to PostgreSQL whose connections count their writes and, for
-// delay > 0, go through a delayProxy that delays each direction by delay.
+// delay > 0, go through a delay proxy (in a child process) that delays each direction by
+// delay.
 func (e *env) pgPool(ctx context.Context, delay time.Duration) (*pgxpool.Pool, error) {
 	config, err := pgxpool.ParseConfig(e.opts.postgres)
 	if err != nil {
@@ -127,13 +128,13 @@ func (e *env) pgPool(ctx context.Context, delay time.Duration) (*pgxpool.Pool, e
 	config.ConnConfig.DialFunc = countingDial
 	if delay > 0 {
 		target := net.JoinHostPort(config.ConnConfig.Host, fmt.Sprint(config.ConnConfig.Port))
-		proxy, err := startDelayProxy(target, delay)
+		addr, stop, err := spawnDelayProxy(target, delay)
 		if err != nil {
 			return nil, err
 		}
-		e.onClose(func() { proxy.Close() })
+		e.onClose(stop)
 		config.ConnConfig.DialFunc = func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return countingDial(ctx, network, proxy.Addr())
+			return countingDial(ctx, network, addr)
 		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, config)

@@ -60,6 +60,12 @@ var runners = []struct {
 
 func main() {
 	log.SetFlags(log.Ltime)
+	if spec := os.Getenv(proxyEnv); spec != "" {
+		if err := serveDelayProxy(spec); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	opts, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +44,66 @@ func startDelayProxy(target string, delay time.Duration) (*delayProxy, error) {
 		}
 	}()
 	return p, nil
+}
+
+// proxyEnv set to "target,delay" makes this program a delay proxy and nothing else: that is
+// how spawnDelayProxy runs it.
+const proxyEnv = "INBOX_BENCH_DELAY_PROXY"
+
+// spawnDelayProxy runs a delayProxy in a child process of this program, under nice -n -10
+// where that is allowed. A network's delay does not wait for a CPU; in a process of its own
+// and at a higher priority than the benchmark and the databases, the proxy's wake-ups do not
+// queue behind them when the cores are busy, so the delay stays close to what was asked.
+// It returns the proxy's address and a function that stops it.
+func spawnDelayProxy(target string, delay time.Duration) (string, func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(exe)
+	if nice, err := exec.LookPath("nice"); err == nil {
+		cmd = exec.Command(nice, "-n", "-10", exe) // warns on stderr and runs anyway if not allowed
+	}
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s", proxyEnv, target, delay))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	}
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		stop()
+		return "", nil, fmt.Errorf("delay proxy: %w", err)
+	}
+	return strings.TrimSpace(addr), stop, nil
+}
+
+// serveDelayProxy is the child of spawnDelayProxy: it prints its address and proxies until
+// its standard input closes (the parent stopped it, or ended).
+func serveDelayProxy(spec string) error {
+	target, d, _ := strings.Cut(spec, ",")
+	delay, err := time.ParseDuration(d)
+	if err != nil {
+		return err
+	}
+	p, err := startDelayProxy(target, delay)
+	if err != nil {
+		return err
+	}
+	fmt.Println(p.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return p.Close()
 }
 
 func (p *delayProxy) Addr() string { return p.listener.Addr().String() }
