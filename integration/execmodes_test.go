@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/inboxtest"
 )
 
@@ -27,20 +28,17 @@ func TestPgxEveryQueryExecMode(t *testing.T) {
 		"handler error releases the claim",
 		"failed commit is a nack",
 	}
-	cases := map[string]func(t *testing.T, b *backend){
-		"write-behind copies":       testWriteBehindConcurrentCopies,
-		"write-behind unique error": testWriteBehindUniqueViolation,
-	}
 	for name, mode := range modes {
 		t.Run(name, func(t *testing.T) {
 			newBackend := func(t *testing.T) *backend {
 				return pgxBackendWith(t, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
 			}
-			inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness { return newBackend(t).harness() },
-				inboxtest.Options{Cases: suiteCases})
-			for caseName, run := range cases {
-				t.Run(caseName, func(t *testing.T) { run(t, newBackend(t)) })
-			}
+			harness := func(t *testing.T) *inboxtest.Harness { return newBackend(t).harness() }
+			inboxtest.Run(t, harness, inboxtest.Options{Cases: suiteCases})
+			t.Run("write-behind", func(t *testing.T) {
+				inboxtest.Run(t, harness, inboxtest.Options{Cases: suiteCases, Config: inbox.Config{WriteBehind: true}})
+			})
+			t.Run("write-behind unique error", func(t *testing.T) { testWriteBehindUniqueViolation(t, newBackend(t)) })
 		})
 	}
 }

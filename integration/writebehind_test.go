@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,49 +32,6 @@ func (b *backend) writeBehindHandler(t *testing.T, consumer string, key func(msg
 }
 
 func ownKey(msg *message.Message) string { return msg.UUID }
-
-// Copies of 300 messages delivered at once from 8 goroutines: one claim and one business row
-// per message, on every store.
-func TestWriteBehindConcurrentCopies(t *testing.T) {
-	forEachBackend(t, testWriteBehindConcurrentCopies)
-}
-
-func testWriteBehindConcurrentCopies(t *testing.T, b *backend) {
-	const messages, workers = 300, 8
-	h := b.writeBehindHandler(t, "billing", ownKey)
-	var deliveries []string
-	for range messages {
-		key := watermill.NewUUID()
-		for range 1 + rand.IntN(3) {
-			deliveries = append(deliveries, key)
-		}
-	}
-	rand.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
-	queue := make(chan string)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var nacks []error
-	for range workers {
-		wg.Go(func() {
-			for key := range queue {
-				n := deliverUntilAcked(t, h, key)
-				mu.Lock()
-				nacks = append(nacks, n...)
-				mu.Unlock()
-			}
-		})
-	}
-	for _, key := range deliveries {
-		queue <- key
-	}
-	close(queue)
-	wg.Wait()
-	wantRows(t, "distinct invoiced messages", b.rows(t, "(SELECT DISTINCT msg_key FROM "+b.business+") d", ""), messages)
-	wantRows(t, "messages invoiced other than once", b.rows(t,
-		"(SELECT msg_key FROM "+b.business+" GROUP BY msg_key HAVING COUNT(*) <> 1) d", ""), 0)
-	wantRows(t, "claims", b.rows(t, b.table, ""), messages)
-	checkNacksRetriable(t, b, nacks)
-}
 
 // A unique violation of a queued write is the handler's error, never a duplicate: the
 // message is nacked and nothing commits, however the store detects duplicates.
