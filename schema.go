@@ -6,7 +6,8 @@ package inbox
 //	message_id    the message's idempotency key (msg.UUID by default)
 //	processed_at  when the claim was made, for retention
 //	payload_hash  the payload's fingerprint (SHA-256 by default), to catch reused keys
-//	produced      the messages the handler returned, to publish again on a redelivery
+//	produced      the messages the handler returned or published through a Publisher, to
+//	              publish again on a redelivery
 //	PRIMARY KEY (consumer, message_id)
 //
 // The primary key is the guard against duplicates: the claim is an insert that a conflict

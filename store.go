@@ -32,8 +32,8 @@ type Claim struct {
 type Processed struct {
 	// Fingerprint is the payload fingerprint stored with the claim; nil if none was.
 	Fingerprint []byte
-	// Produced holds the messages the handler returned, as encoded by the middleware;
-	// nil if it returned none.
+	// Produced holds the messages the handler returned or published through a Publisher,
+	// as encoded by the middleware; nil if there were none.
 	Produced []byte
 }
 
