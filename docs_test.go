@@ -24,6 +24,9 @@ var documentedCommands = []struct {
 	// Every other test command runs a subset of go test work.
 	{pattern: `^go test (-race )?\./(examples|bench)(/\S*)?$`, ci: `grep -m1 '^go test ' README.md`},
 	{pattern: `^go test -run '\^\$' -bench \. -benchtime \d+x \./sqlinbox/$`, ci: `-benchtime 1x`},
+	// The benchmark program's commands are parsed by its test; a tiny run of its main
+	// scenario is part of go test work.
+	{pattern: `^go run \./bench( \S+)*$`, test: "TestDocumentedCommandsParse"},
 	{pattern: `^go get github\.com/inboxkit/watermill-inbox(@\S+)?$`, release: `"get", library+"@"+version`},
 	{pattern: `^go install github\.com/inboxkit/watermill-inbox/cmd/watermill-inbox@\S+$`, release: `"install", cli+"@"+version`},
 	// Run as written, in order, against SQLite.

@@ -175,3 +175,27 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("delays %v, want %v", o.delays, want)
 	}
 }
+
+// TestDocumentedCommandsParse checks that every `go run ./bench` command in a shell block of
+// the documentation is one this program accepts.
+func TestDocumentedCommandsParse(t *testing.T) {
+	found := 0
+	for _, doc := range []string{"../README.md", "../docs/benchmarks/README.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(text), "\n") {
+			line, _, _ = strings.Cut(line, " #")
+			if args, ok := strings.CutPrefix(strings.TrimSpace(line), "go run ./bench"); ok {
+				found++
+				if _, err := parseFlags(strings.Fields(args), io.Discard); err != nil {
+					t.Errorf("%s: %q: %v", doc, line, err)
+				}
+			}
+		}
+	}
+	if found == 0 {
+		t.Error("the documentation shows no go run ./bench command")
+	}
+}

@@ -15,13 +15,14 @@ import (
 )
 
 // Micro-benchmarks of one message at a time through the middleware over a PgxStore: time
-// and allocations per message, for `go test -bench . -benchmem ./sqlinbox/`. What the inbox
+// and allocations per message, for go test -bench . ./sqlinbox/. What the inbox
 // costs next to the same work without it, at several round-trip times and worker counts, is
 // measured by the benchmark program in bench/ (go run ./bench).
 
 // BenchmarkPgxFirstDelivery is a new message whose handler queues one INSERT.
 func BenchmarkPgxFirstDelivery(b *testing.B) {
 	h, _ := benchHandler(b)
+	b.ReportAllocs()
 	for b.Loop() {
 		benchDeliver(b, h, watermill.NewUUID())
 	}
@@ -32,6 +33,7 @@ func BenchmarkPgxDuplicate(b *testing.B) {
 	h, runs := benchHandler(b)
 	key := watermill.NewUUID()
 	benchDeliver(b, h, key)
+	b.ReportAllocs()
 	for b.Loop() {
 		benchDeliver(b, h, key)
 	}
