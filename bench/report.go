@@ -98,8 +98,9 @@ func (r *report) findDerived(scenario string, delay time.Duration, workers int, 
 var scenarios = []struct{ name, title, description string }{
 	{"cost", "1. What the inbox costs a handler, at network round-trip times",
 		"Each message is one business transaction that INSERTs one invoice row, called by N workers with no router. " +
-			"PostgreSQL is reached straight (loopback) and through a TCP proxy in this process that delays each direction " +
-			"(0.25 ms each way: a 0.5 ms round trip, as between hosts in one data centre); *RTT* is the measured median round trip of an empty query. " +
+			"PostgreSQL is reached straight (loopback) and through a TCP proxy (a niced child process) that delays each direction " +
+			"(0.25 ms each way: a 0.5 ms round trip, as between hosts in one data centre); *RTT* is the measured median round trip of an empty query, " +
+			"the proxy's extra hops and the loopback included. " +
 			"*business alone*: BEGIN; INSERT; COMMIT, no inbox. " +
 			"*hand-written inbox*: what a team writes without a library: BEGIN; INSERT INTO inbox ... ON CONFLICT DO NOTHING RETURNING 1; INSERT; COMMIT " +
 			"(MySQL: INSERT IGNORE, SQLite: ON CONFLICT DO NOTHING, both reading the affected rows), into a table of the same shape as the library's. " +
@@ -149,7 +150,7 @@ func (r *report) markdown(charts []string) string {
 		o.rounds, o.round, r.elapsed.Round(time.Second))
 	b.WriteString("Absolute throughput on a shared machine drifts; the ratios, taken per round between variants that ran " +
 		"seconds apart, are the figures to read: the median over the rounds with the minimum and maximum in brackets. " +
-		"allocs/msg counts this Go process (benchmark driver and delay proxy included).\n\n")
+		"allocs/msg counts the benchmark's process (the delay proxy runs in another).\n\n")
 	if t := r.targets(); t != "" {
 		b.WriteString("## Targets (PostgreSQL, 8 workers)\n\n" + t + "\n")
 	}
