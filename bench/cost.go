@@ -204,14 +204,17 @@ func (b *backend) variants(ctx context.Context, d time.Duration) ([]variant, err
 	}
 	all := func(n int64) int64 { return n }
 	vs := []variant{
-		timedVariant(vBusiness, d, func(ctx context.Context, _ int) error { return b.business(ctx, watermill.NewUUID()) }),
-		countedVariant(vHand, d, func(ctx context.Context, _ int) error {
-			ran, err := b.handWritten(ctx, watermill.NewUUID())
+		// The same handler and message without the middleware.
+		timedVariant(vBusiness, d, handlerOp(func(msg *message.Message) ([]*message.Message, error) {
+			return nil, b.business(msg.Context(), msg.UUID)
+		}, freshKey)),
+		countedVariant(vHand, d, handlerOp(func(msg *message.Message) ([]*message.Message, error) {
+			ran, err := b.handWritten(msg.Context(), msg.UUID)
 			if ran {
 				handRuns.Add(1)
 			}
-			return err
-		}, &handRuns, all),
+			return nil, err
+		}, freshKey), &handRuns, all),
 		countedVariant(vTx, d, handlerOp(mw(counted(&txRuns, inTx)), freshKey), &txRuns, all),
 		countedVariant(vQueue, d, handlerOp(mw(counted(&queueRuns, queue)), freshKey), &queueRuns, all),
 	}
