@@ -46,7 +46,7 @@ type statements struct {
 	dialect               Dialect
 	table                 Table
 	insert, prior, record string
-	claimOrRead           string // "" where the dialect has none
+	insertOrSkip          string // "" where the dialect has none
 	// lockTimeout is empty when Config.LockTimeout is 0.
 	lockTimeout     string
 	lockTimeoutArgs []any
@@ -65,15 +65,15 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		return statements{}, err
 	}
 	s := statements{
-		dialect:     dialect,
-		table:       table,
-		insert:      render(dialect.Insert, table),
-		prior:       render(dialect.Prior, table),
-		record:      render(dialect.Record, table),
-		claimOrRead: render(dialect.ClaimOrRead, table),
-		schema:      dialect.Schema(table),
-		schemaLock:  dialect.SchemaLock,
-		cleanup:     newCleanupStatements(dialect, table),
+		dialect:      dialect,
+		table:        table,
+		insert:       render(dialect.Insert, table),
+		prior:        render(dialect.Prior, table),
+		record:       render(dialect.Record, table),
+		insertOrSkip: render(dialect.InsertOrSkip, table),
+		schema:       dialect.Schema(table),
+		schemaLock:   dialect.SchemaLock,
+		cleanup:      newCleanupStatements(dialect, table),
 	}
 	if config.LockTimeout > 0 {
 		if dialect.LockTimeout == nil {

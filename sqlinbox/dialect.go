@@ -41,16 +41,14 @@ type Dialect struct {
 	SchemaLock string
 
 	// Insert inserts the claim and fails on a duplicate key with an error that
-	// IsDuplicateKey recognises. Required. Unless ClaimOrRead is set, the claim is Insert,
+	// IsDuplicateKey recognises. Required. Unless InsertOrSkip is set, the claim is Insert,
 	// and the transaction must stay usable after the duplicate-key error (true of InnoDB and
 	// SQLite, not of PostgreSQL), because Prior runs in it next.
 	Insert string
-	// ClaimOrRead, if set, is the claim: one statement that inserts the claim, skipping only
-	// a conflict on the primary key, and returns one row (inserted bool, payload_hash,
-	// produced): (true, NULL, NULL) for a new claim, (false, hash, produced) for a committed
-	// claim the statement's snapshot sees, and no row for one committed while the claim
-	// waited for it, which Prior, a statement of its own, then reads.
-	ClaimOrRead string
+	// InsertOrSkip, if set, is the claim: it inserts the claim, skipping only a conflict on
+	// the primary key, and returns one row for a new claim and none for a duplicate, without
+	// failing the transaction. Prior then reads the committed claim.
+	InsertOrSkip string
 	// Prior reads (payload_hash, produced) of the committed claim of (consumer, key).
 	// Required.
 	Prior string

@@ -43,15 +43,8 @@ var aliasDialect = sqlinbox.Dialect{
 	},
 	SchemaLock: `SELECT pg_advisory_xact_lock(4242)`,
 	Insert:     `INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
-	ClaimOrRead: `WITH claimed AS (
-	INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
-	ON CONFLICT (consumer, message_id) DO NOTHING
-	RETURNING true AS inserted
-)
-SELECT true, NULL::bytea, NULL::bytea FROM claimed
-UNION ALL
-SELECT false, payload_hash, produced FROM %[1]s
-WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT FROM claimed)`,
+	InsertOrSkip: `INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
+ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
 	Prior:  `SELECT payload_hash, produced FROM %[1]s WHERE consumer = $1 AND message_id = $2`,
 	Record: `UPDATE %[1]s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
 	IsDuplicateKey: func(err error, t sqlinbox.Table) bool {

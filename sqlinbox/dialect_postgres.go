@@ -36,18 +36,13 @@ var Postgres = Dialect{
 	// CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
 	SchemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
 
-	// A failed statement aborts a PostgreSQL transaction: the claim is ClaimOrRead, and
-	// Insert serves a caller that treats the duplicate as the end of the transaction.
+	// A failed statement aborts a PostgreSQL transaction: the claim is InsertOrSkip, and
+	// Insert serves a caller that treats the duplicate as the end of the transaction
+	// (write-behind mode). The claim reads nothing back: duplicates are rare, and a claim
+	// that also read the committed claim measured slower for every first delivery.
 	Insert: `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
-	ClaimOrRead: `WITH claimed AS (
-	INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
-	ON CONFLICT (consumer, message_id) DO NOTHING
-	RETURNING true AS inserted
-)
-SELECT true, NULL::bytea, NULL::bytea FROM claimed
-UNION ALL
-SELECT false, payload_hash, produced FROM %[1]s
-WHERE consumer = $1 AND message_id = $2 AND NOT EXISTS (SELECT FROM claimed)`,
+	InsertOrSkip: `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
+ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
 	Prior:          `SELECT payload_hash, produced FROM %s WHERE consumer = $1 AND message_id = $2`,
 	Record:         `UPDATE %s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
 	IsDuplicateKey: postgresDuplicateKey,

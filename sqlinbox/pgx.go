@@ -69,41 +69,42 @@ func (s *PgxStore) InitializeSchema(ctx context.Context) error {
 	})
 }
 
-// Claim implements inbox.Store. BEGIN, the lock timeout (if set) and the claim, which also
-// reads a committed claim, travel in one batch.
+// Claim implements inbox.Store. BEGIN, the lock timeout (if set) and the claim travel in
+// one batch. A duplicate's ROLLBACK and the read of the committed claim share a second.
 func (s *PgxStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlinbox: acquire a connection: %w", err)
 	}
-	if err := s.prepareNamed(ctx, conn.Conn(), []string{s.sql.claimOrRead}, nil); err != nil {
+	own := []string{s.sql.insertOrSkip, sqlRollback, s.sql.prior}
+	if err := s.prepareNamed(ctx, conn.Conn(), own, nil); err != nil {
 		conn.Release()
 		return nil, nil, err
 	}
 	batch := &pgx.Batch{}
 	batch.BeginTx(pgx.TxOptions{})
 	s.queueLockTimeout(batch)
-	batch.Queue(s.sql.claimOrRead, claim.Consumer, claim.Key, claim.Fingerprint)
+	batch.Queue(s.sql.insertOrSkip, claim.Consumer, claim.Key, claim.Fingerprint)
 	results := conn.Conn().SendBatch(ctx, batch)
 	tx := results.Tx()
-	inserted, prior, err := readClaim(results, s.sql.lockTimeout != "")
+	inserted, err := readClaim(results, s.sql.lockTimeout != "")
 	if closeErr := results.Close(); err == nil && closeErr != nil {
 		err = fmt.Errorf("sqlinbox: claim: %w", closeErr)
 	}
-	if err == nil && !inserted && prior == nil {
-		// Committed while the claim waited for it: invisible to the claim's snapshot.
-		prior, err = scanPrior(tx.QueryRow(ctx, s.sql.prior, claim.Consumer, claim.Key))
-	}
-	if err != nil || !inserted {
-		// A duplicate's transaction has nothing to keep; a failed one must end too.
+	switch {
+	case err != nil:
 		if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
 			err = errors.Join(err, fmt.Errorf("sqlinbox: end the claim's transaction: %w", rbErr))
 		}
 		conn.Release()
-		if err != nil {
-			return nil, nil, err
-		}
-		return nil, prior, nil
+		return nil, nil, err
+	case !inserted:
+		// The read runs after ROLLBACK, outside the transaction: its snapshot also sees a
+		// claim committed while this one waited for it. A connection left in a transaction
+		// by a failure is closed when it is released.
+		prior, err := s.readAfterDuplicate(ctx, conn.Conn(), claim)
+		conn.Release()
+		return nil, prior, err
 	}
 	return &pgxTx{conn: conn, tx: tx, store: s, claim: claim}, nil, nil
 }
@@ -114,28 +115,24 @@ func (s *PgxStore) queueLockTimeout(batch *pgx.Batch) {
 	}
 }
 
-// readClaim reads the results of BEGIN, the lock timeout (if set) and the claim. A claim
-// that inserted nothing and read nothing returns neither inserted nor prior.
-func readClaim(results pgx.BatchResults, withLockTimeout bool) (inserted bool, prior *inbox.Processed, err error) {
+// readClaim reads the results of BEGIN, the lock timeout (if set) and the claim, which
+// returns a row only if it inserted.
+func readClaim(results pgx.BatchResults, withLockTimeout bool) (inserted bool, err error) {
 	if _, err := results.Exec(); err != nil {
-		return false, nil, fmt.Errorf("sqlinbox: begin: %w", err)
+		return false, fmt.Errorf("sqlinbox: begin: %w", err)
 	}
 	if withLockTimeout {
 		if _, err := results.Exec(); err != nil {
-			return false, nil, fmt.Errorf("sqlinbox: set lock timeout: %w", err)
+			return false, fmt.Errorf("sqlinbox: set lock timeout: %w", err)
 		}
 	}
-	var read inbox.Processed
-	err = results.QueryRow().Scan(&inserted, &read.Fingerprint, &read.Produced)
-	switch {
+	switch err := results.QueryRow().Scan(&inserted); {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, nil, nil
+		return false, nil
 	case err != nil:
-		return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
-	case inserted:
-		return true, nil, nil
+		return false, fmt.Errorf("sqlinbox: claim: %w", err)
 	}
-	return false, &read, nil
+	return inserted, nil
 }
 
 // scanPrior reads the committed claim's record. No row means it was deleted between the

@@ -93,19 +93,16 @@ func (s *SQLStore) claimIn(ctx context.Context, tx *sql.Tx, claim inbox.Claim) (
 			return false, nil, fmt.Errorf("sqlinbox: set lock timeout: %w", err)
 		}
 	}
-	if s.sql.claimOrRead != "" {
-		var read inbox.Processed
-		err := tx.QueryRowContext(ctx, s.sql.claimOrRead, claim.Consumer, claim.Key, claim.Fingerprint).
-			Scan(&inserted, &read.Fingerprint, &read.Produced)
+	if s.sql.insertOrSkip != "" {
+		err := tx.QueryRowContext(ctx, s.sql.insertOrSkip, claim.Consumer, claim.Key, claim.Fingerprint).Scan(&inserted)
 		switch {
-		case err == nil && inserted:
-			return true, nil, nil
 		case err == nil:
-			return false, &read, nil
+			return true, nil, nil
 		case !errors.Is(err, sql.ErrNoRows):
 			return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
 		}
-		// Committed while the claim waited for it: invisible to the claim's snapshot.
+		// A duplicate. Prior takes a snapshot of its own (READ COMMITTED), so it also sees a
+		// claim committed while this one waited for it.
 		prior, err = scanPrior(tx.QueryRowContext(ctx, s.sql.prior, claim.Consumer, claim.Key))
 		return false, prior, err
 	}
