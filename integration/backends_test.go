@@ -64,7 +64,11 @@ var backends = map[string]newBackend{
 	"pgx/postgres":          pgxBackend,
 	"database-sql/postgres": stdlibPostgresBackend,
 	"database-sql/mariadb":  mysqlBackend,
-	"database-sql/sqlite":   sqliteBackend,
+	// Write-behind messages as one text of several statements (Config.MultiStatements).
+	"database-sql/mariadb/multi-statements": func(t *testing.T) *backend {
+		return mysqlBackendWith(t, "multiStatements=true", func(c *sqlinbox.Config) { c.MultiStatements = true })
+	},
+	"database-sql/sqlite": sqliteBackend,
 }
 
 func pgxBackend(t *testing.T) *backend { return pgxBackendWith(t) }
@@ -114,7 +118,7 @@ func stdlibPostgresBackend(t *testing.T) *backend {
 	direct := openSQL(t, "pgx", directURL)
 	proxied := openSQL(t, "pgx", withHost(t, directURL, proxy.Addr()))
 
-	b := sqlBackend(t, proxied, direct, sqlinbox.Postgres)
+	b := sqlBackend(t, proxied, direct, sqlinbox.Postgres, nil)
 	b.retentionSQL = postgresRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
 	b.retriable = func(error) bool { return false }
@@ -126,10 +130,11 @@ func stdlibPostgresBackend(t *testing.T) *backend {
 	return b
 }
 
-func mysqlBackend(t *testing.T) *backend { return mysqlBackendWith(t, "") }
+func mysqlBackend(t *testing.T) *backend { return mysqlBackendWith(t, "", nil) }
 
-// mysqlBackendWith adds params, if any, to the DSN's parameters.
-func mysqlBackendWith(t *testing.T, params string) *backend {
+// mysqlBackendWith adds params, if any, to the DSN's parameters; configure, if set, changes
+// the store's config.
+func mysqlBackendWith(t *testing.T, params string, configure func(*sqlinbox.Config)) *backend {
 	ctx := context.Background()
 	dsn := testenv.MySQLDSN(t)
 	if params != "" {
@@ -147,7 +152,7 @@ func mysqlBackendWith(t *testing.T, params string) *backend {
 	direct := openSQL(t, "mysql", dsn)
 	proxied := openSQL(t, "mysql", dsn[:start+4]+proxy.Addr()+dsn[end:])
 
-	b := sqlBackend(t, proxied, direct, sqlinbox.MySQL)
+	b := sqlBackend(t, proxied, direct, sqlinbox.MySQL, configure)
 	b.retentionSQL = mysqlRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
 	// InnoDB resolves some races between copies of one key with a deadlock error or a
@@ -179,7 +184,7 @@ func sqliteBackend(t *testing.T) *backend {
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)"
 	db := openSQL(t, "sqlite", dsn)
 
-	b := sqlBackend(t, db, db, sqlinbox.SQLite)
+	b := sqlBackend(t, db, db, sqlinbox.SQLite, nil)
 	b.retentionSQL = sqliteRetentionSQL
 	// SQLite has no server to lose: its outage is another writer holding the lock.
 	b.outage = func() func() {
@@ -217,9 +222,15 @@ func sqliteBackend(t *testing.T) *backend {
 }
 
 // sqlBackend is what the three database/sql backends share.
-func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect) *backend {
+// sqlBackend builds a database/sql backend; configure, if set, changes every store's config.
+func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect, configure func(*sqlinbox.Config)) *backend {
+	if configure == nil {
+		configure = func(*sqlinbox.Config) {}
+	}
 	table := testenv.Name("inbox")
-	store, err := sqlinbox.New(storeDB, dialect, sqlinbox.Config{Table: table})
+	config := sqlinbox.Config{Table: table}
+	configure(&config)
+	store, err := sqlinbox.New(storeDB, dialect, config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,6 +250,7 @@ func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect)
 			return sqlRunner{tx, dollar}, ok
 		},
 		newStore: func(config sqlinbox.Config) (inbox.Store, error) {
+			configure(&config)
 			return sqlinbox.New(storeDB, dialect, config)
 		},
 	}
@@ -277,7 +289,7 @@ func createBusinessTable(t *testing.T, b *backend) {
 	mustExec(t, b.direct, "CREATE TABLE "+b.business+" (consumer VARCHAR(255) NOT NULL, msg_key VARCHAR(255) NOT NULL)")
 	t.Cleanup(func() {
 		ctx := context.Background()
-		for _, table := range []string{b.business, b.business + "_child", b.business + "_parent", b.table} {
+		for _, table := range []string{b.business, b.business + "_child", b.business + "_parent", b.business + "_pk", b.table} {
 			_ = b.direct.exec(ctx, "DROP TABLE IF EXISTS "+table)
 		}
 	})

@@ -239,6 +239,11 @@ func (w *mysqlWire) next(r *bufio.Reader) ([]byte, bool, bool, error) {
 
 func (w *mysqlWire) endsPipeline([]byte) bool { return true }
 
+// isCommit reports whether query is COMMIT, or a text of several statements whose last is.
 func isCommit(query string) bool {
-	return strings.EqualFold(strings.Trim(query, "\x00 \t\r\n;"), "commit")
+	query = strings.Trim(query, "\x00 \t\r\n;")
+	if i := strings.LastIndexByte(query, ';'); i >= 0 {
+		query = query[i+1:]
+	}
+	return strings.EqualFold(strings.TrimSpace(query), "commit")
 }

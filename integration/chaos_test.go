@@ -94,6 +94,8 @@ func TestChaosExactlyOneInvoicePerOrder(t *testing.T) {
 		{"pgx/postgres/write-behind", max(orders/2, 100), chaosPgxWriteBehind},
 		{"database-sql/postgres", orders, chaosStdlibPostgres},
 		{"database-sql/mariadb", max(orders/4, 100), chaosMariaDB},
+		// The handler queues its invoice; claim, invoice and COMMIT travel in one text.
+		{"database-sql/mariadb/write-behind", max(orders/4, 100), chaosMariaDBWriteBehind},
 	} {
 		t.Run(c.name, func(t *testing.T) { runChaos(t, c.open(t), c.orders) })
 	}
@@ -196,7 +198,17 @@ func chaosPostgres(t *testing.T, b *backend) (*chaosDB, string) {
 
 // chaosMariaDB puts a fault proxy in front of MariaDB; handlers KILL their own session now
 // and then (MariaDB's sessions cannot be told apart by name from the test's own).
-func chaosMariaDB(t *testing.T) *chaosDB {
+func chaosMariaDB(t *testing.T) *chaosDB { return chaosMariaDBWith(t, false) }
+
+// chaosMariaDBWriteBehind sends each message as one text of several statements
+// (Config.MultiStatements).
+func chaosMariaDBWriteBehind(t *testing.T) *chaosDB {
+	db := chaosMariaDBWith(t, true)
+	db.writeBehind = true
+	return db
+}
+
+func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 	b := mysqlBackend(t)
 	dsn := testenv.MySQLDSN(t)
 	start, end := strings.Index(dsn, "tcp("), strings.Index(dsn, ")/")
@@ -209,6 +221,7 @@ func chaosMariaDB(t *testing.T) *chaosDB {
 	// The driver logs every connection the proxy cuts; count those lines instead.
 	driverLog := &countingLogger{}
 	proxied.Logger = driverLog
+	proxied.MultiStatements = multiStatements
 	t.Cleanup(func() { t.Logf("MariaDB driver log lines about broken connections: %d", driverLog.lines.Load()) })
 	return &chaosDB{
 		b:     b,
@@ -221,7 +234,7 @@ func chaosMariaDB(t *testing.T) *chaosDB {
 			db := sql.OpenDB(connector)
 			db.SetMaxOpenConns(chaosPoolSize)
 			t.Cleanup(func() { db.Close() })
-			store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: b.table})
+			store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: b.table, MultiStatements: multiStatements})
 			if err != nil {
 				t.Fatal(err)
 			}

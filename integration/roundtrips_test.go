@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -123,4 +125,78 @@ func TestPgxRoundTripsPerMessage(t *testing.T) {
 			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)
 		}
 	}
+}
+
+// With Config.MultiStatements a write-behind message on MariaDB is one text of several
+// statements: one round trip, where the claim-first path sends BEGIN, the claim, the
+// handler's INSERT and COMMIT. A duplicate sends the text, then ROLLBACK and the read of
+// the record.
+func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
+	b := mysqlBackend(t)
+	config, err := mysql.ParseDSN(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config.MultiStatements, config.InterpolateParams = true, true
+	var writes atomic.Int64
+	config.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return countingConn{conn, &writes}, err
+	}
+	connector, err := mysql.NewConnector(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(connector)
+	t.Cleanup(func() { db.Close() })
+
+	handler := func(multi bool) message.HandlerFunc {
+		store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: b.table, MultiStatements: multi})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: true}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		insert := "INSERT INTO " + b.business + " (consumer, msg_key) VALUES (?, ?)"
+		return mw(func(msg *message.Message) ([]*message.Message, error) {
+			return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
+		})
+	}
+	const messages = 20
+	ctx := context.Background()
+	perMessage := func(h message.HandlerFunc, keys []string) float64 {
+		before := writes.Load()
+		for _, key := range keys {
+			if err := deliver(ctx, h, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return float64(writes.Load()-before) / float64(len(keys))
+	}
+	newKeys := func() []string {
+		keys := make([]string, messages)
+		for i := range keys {
+			keys[i] = watermill.NewUUID()
+		}
+		return keys
+	}
+	multi, firsts := handler(true), newKeys()
+	perMessage(multi, newKeys()[:1]) // the pool's first connection
+	for _, tc := range []struct {
+		name string
+		h    message.HandlerFunc
+		keys []string
+		want float64
+	}{
+		{"first delivery", multi, firsts, 1},
+		{"duplicate", multi, firsts, 3},
+		{"first delivery without MultiStatements", handler(false), newKeys(), 4},
+	} {
+		if got := perMessage(tc.h, tc.keys); got != tc.want {
+			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)
+		}
+	}
+	wantRows(t, "business rows", b.rows(t, b.business, ""), 2*messages+1)
 }

@@ -24,7 +24,7 @@ func suiteStores() map[string]newBackend {
 	// clientFoundRows=true makes MySQL count a row that an upsert found but did not change
 	// as affected: a claim that read the affected-row count took a duplicate for a new one.
 	stores["database-sql/mariadb-clientFoundRows"] = func(t *testing.T) *backend {
-		return mysqlBackendWith(t, "clientFoundRows=true")
+		return mysqlBackendWith(t, "clientFoundRows=true", nil)
 	}
 	return stores
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // writeBehindHandler queues the business row: in write-behind mode the handler has no
@@ -49,6 +51,24 @@ func testWriteBehindUniqueViolation(t *testing.T, b *backend) {
 	}
 	wantRows(t, "claims", b.rows(t, b.table, ""), 0)
 	wantRows(t, "business rows", b.rows(t, b.business, ""), 1)
+
+	// A primary key of the handler's own table: MariaDB names every primary key PRIMARY, so
+	// the error alone does not say whether the claim or the queued statement failed.
+	parent := b.business + "_pk" // dropped with the business table
+	mustExec(t, b.direct, "CREATE TABLE "+parent+" (id VARCHAR(64) PRIMARY KEY)")
+	mustExec(t, b.direct, "INSERT INTO "+parent+" (id) VALUES ('taken')")
+	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing", WriteBehind: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := b.placeholders("INSERT INTO " + parent + " (id) VALUES (?)")
+	h = mw(func(msg *message.Message) ([]*message.Message, error) {
+		return nil, inbox.Queue(msg.Context(), insert, "taken")
+	})
+	if err := deliver(context.Background(), h, key); err == nil {
+		t.Fatal("the queued write's primary-key violation was acked")
+	}
+	wantRows(t, "claims", b.rows(t, b.table, ""), 0)
 }
 
 // A copy whose claim arrives while another transaction holds the key waits for it: that
@@ -122,4 +142,22 @@ func waitForLockWaiter(t *testing.T, direct runner, table string, delivered <-ch
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Config.MultiStatements on a DSN without multiStatements=true: every write-behind message
+// fails with an error that names the DSN settings, and nothing commits.
+func TestMultiStatementsWithoutTheDriverSettingIsAnError(t *testing.T) {
+	b := mysqlBackend(t) // its DSN does not set multiStatements
+	store, err := b.newStore(sqlinbox.Config{Table: b.table, MultiStatements: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.store = store
+	h := b.writeBehindHandler(t, "billing", ownKey)
+	err = deliver(context.Background(), h, watermill.NewUUID())
+	if err == nil || !strings.Contains(err.Error(), "multiStatements=true") {
+		t.Fatalf("err = %v, want one naming multiStatements=true", err)
+	}
+	wantRows(t, "claims", b.rows(t, b.table, ""), 0)
+	wantRows(t, "business rows", b.rows(t, b.business, ""), 0)
 }

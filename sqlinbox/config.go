@@ -26,6 +26,18 @@ type Config struct {
 	// both kept by the connection afterwards. It costs no round trip with pgx (it travels in
 	// the claim's batch) and one statement with database/sql.
 	LockTimeout time.Duration
+
+	// MultiStatements makes a store made by New send a message in write-behind mode
+	// (inbox.Config.WriteBehind) as one text of several statements: BEGIN, the claim, the
+	// handler's queued statements, the record of produced messages and COMMIT in one round
+	// trip instead of one each. The dialect must have a Batch (MySQL has), and the driver
+	// must run several statements in one call with the parameters written into the text:
+	// with go-sql-driver/mysql, multiStatements=true and interpolateParams=true in the DSN.
+	// Without them every such message fails with an error that says so, and is nacked.
+	// Queued statements must then hold no "?" other than their parameters. The claim-first
+	// mode is unchanged. NewPgx refuses it: pgx sends a write-behind message in one batch
+	// without it.
+	MultiStatements bool
 }
 
 func (c *Config) setDefaults() {
@@ -46,7 +58,8 @@ type statements struct {
 	dialect               Dialect
 	table                 Table
 	insert, prior, record string
-	insertOrSkip          string // "" where the dialect has none
+	insertOrSkip          string    // "" where the dialect has none
+	batch                 *BatchSQL // nil unless Config.MultiStatements
 	// lockTimeout is empty when Config.LockTimeout is 0.
 	lockTimeout     string
 	lockTimeoutArgs []any
@@ -74,6 +87,12 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		schema:       dialect.Schema(table),
 		schemaLock:   dialect.SchemaLock,
 		cleanup:      newCleanupStatements(dialect, table),
+	}
+	if config.MultiStatements {
+		if dialect.Batch == nil {
+			return statements{}, fmt.Errorf("sqlinbox: dialect %q has no Batch: leave Config.MultiStatements false", dialect.Name)
+		}
+		s.batch = dialect.Batch
 	}
 	if config.LockTimeout > 0 {
 		if dialect.LockTimeout == nil {

@@ -80,9 +80,29 @@ type Dialect struct {
 	// CleanupLockKey returns the parameter of CleanupLock and CleanupUnlock.
 	CleanupLockKey func(table Table) any
 
+	// Batch, if set, lets a store made by New with Config.MultiStatements send a message in
+	// write-behind mode as one text of several statements.
+	Batch *BatchSQL
+
 	// TableSize returns the ways to measure the bytes the table and its indexes take, for
 	// the CLI's stats; SQLStore.TableSize tries them in order. Nil: not measurable.
 	TableSize func(table Table) []SizeQuery
+}
+
+// BatchSQL says that a database runs a write-behind message sent as one text of several
+// statements joined by "; " (BEGIN; the lock timeout, if set; the claim, Insert; the queued
+// statements; the record of produced messages, if any; COMMIT) in order, stops at the first
+// that fails and leaves the transaction open for the store's ROLLBACK.
+//
+// The database's error does not say which statement failed: a duplicate-key error is a
+// duplicate only if Prior, after the ROLLBACK, finds the committed claim. If it was a queued
+// statement that failed, the claim was new when it inserted; a claim that Prior finds was
+// committed since by a copy of the message, so acking it as a duplicate is right.
+type BatchSQL struct {
+	// Probe is a text of two statements with one parameter each, sent with (1, 1) after a
+	// text failed with another error: if it fails too, the driver cannot send such texts,
+	// and the error says which settings it needs.
+	Probe string
 }
 
 // Table is a validated table name in the forms a dialect's SQL needs.
@@ -120,6 +140,7 @@ func (d Dialect) validate() error {
 		{d.Prior == "", "Prior"},
 		{d.Record == "", "Record"},
 		{d.IsDuplicateKey == nil, "IsDuplicateKey"},
+		{d.Batch != nil && d.Batch.Probe == "", "Batch.Probe"},
 	} {
 		if f.missing {
 			return fmt.Errorf("sqlinbox: dialect %q has no %s", d.Name, f.field)

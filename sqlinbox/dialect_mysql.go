@@ -39,6 +39,10 @@ var MySQL = Dialect{
 	Record:         "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
 	IsDuplicateKey: mysqlDuplicateKey,
 
+	// MySQL stops a text of several statements at the first error, and InnoDB keeps the
+	// transaction open after a duplicate key.
+	Batch: &BatchSQL{Probe: "DO ?; DO ?"},
+
 	// Whole seconds, at least 1; a session setting, kept by the connection.
 	LockTimeout: func(timeout time.Duration) (string, []any) {
 		return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}

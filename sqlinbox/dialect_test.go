@@ -1,9 +1,13 @@
 package sqlinbox_test
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
@@ -89,6 +93,23 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 	noInsert.Insert = ""
 	if _, err := sqlinbox.SchemaSQL(noInsert, "inbox"); err == nil || !strings.Contains(err.Error(), "Insert") {
 		t.Errorf("dialect without Insert: err = %v, want one naming Insert", err)
+	}
+
+	// MultiStatements needs a dialect with a Batch, and a store made by New.
+	multi := sqlinbox.Config{MultiStatements: true}
+	if _, err := sqlinbox.New(new(sql.DB), sqlinbox.SQLite, multi); err == nil || !strings.Contains(err.Error(), "Batch") {
+		t.Errorf("New(SQLite) with MultiStatements: err = %v, want one naming Batch", err)
+	}
+	if _, err := sqlinbox.New(new(sql.DB), sqlinbox.MySQL, multi); err != nil {
+		t.Errorf("New(MySQL) with MultiStatements: %v", err)
+	}
+	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/never-dialled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := sqlinbox.NewPgx(pool, multi); err == nil || !strings.Contains(err.Error(), "MultiStatements") {
+		t.Errorf("NewPgx with MultiStatements: err = %v, want one naming MultiStatements", err)
 	}
 }
 

@@ -15,7 +15,9 @@
 //     the Postgres dialect.
 //   - MySQL/MariaDB: github.com/go-sql-driver/mysql with the MySQL dialect. Add
 //     interpolateParams=true to the DSN (one round trip per statement instead of three).
-//     The claim reads no affected-row count, so clientFoundRows does not change it.
+//     The claim reads no affected-row count, so clientFoundRows does not change it. With
+//     multiStatements=true too and Config.MultiStatements, a message in write-behind mode
+//     is one text of several statements: one round trip.
 //   - SQLite: modernc.org/sqlite or github.com/mattn/go-sqlite3 with the SQLite dialect and a busy timeout
 //     in the DSN, e.g. "file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
 //     so concurrent writers wait for the lock instead of failing.

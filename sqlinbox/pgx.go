@@ -46,6 +46,9 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*PgxStore, error) {
 	if pool == nil {
 		return nil, errors.New("sqlinbox: NewPgx: pool is nil")
 	}
+	if config.MultiStatements {
+		return nil, errors.New("sqlinbox: NewPgx: Config.MultiStatements is for stores made by New; pgx sends a write-behind message in one batch without it")
+	}
 	sql, err := newStatements(Postgres, config)
 	if err != nil {
 		return nil, err
