@@ -151,17 +151,18 @@ func pgBackend(ctx context.Context, e *env, pool *pgxpool.Pool, delay time.Durat
 	return b, nil
 }
 
-// sqlBackend creates the tables on MySQL/MariaDB or SQLite, reached through database/sql.
-func sqlBackend(ctx context.Context, e *env, name string) (*backend, error) {
-	db, dialect, idType, textType, claimSQL := e.sqlite, sqlinbox.SQLite, "TEXT", "TEXT", `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
+// sqlBackend creates the tables on MySQL/MariaDB (db, reached with delay added each way) or
+// SQLite (in process), reached through database/sql.
+func sqlBackend(ctx context.Context, e *env, name string, db *sql.DB, delay time.Duration) (*backend, error) {
+	dialect, idType, textType, claimSQL := sqlinbox.SQLite, "TEXT", "TEXT", `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
 	if name == "mysql" {
-		db, dialect, idType, textType, claimSQL = e.mysql, sqlinbox.MySQL, "CHAR(36)", "VARCHAR(64)", `INSERT IGNORE INTO %s (consumer, message_id) VALUES (?, ?)`
+		dialect, idType, textType, claimSQL = sqlinbox.MySQL, "CHAR(36)", "VARCHAR(64)", `INSERT IGNORE INTO %s (consumer, message_id) VALUES (?, ?)`
 	}
 	invoices, inboxTable, handTable := e.table(name, "bench_invoice"), e.table(name, "bench_inbox"), e.table(name, "bench_hand")
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(invoiceDDL, invoices, idType, textType)); err != nil {
 		return nil, err
 	}
-	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: inboxTable})
+	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: inboxTable, MultiStatements: dialect.Batch != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +173,12 @@ func sqlBackend(ctx context.Context, e *env, name string) (*backend, error) {
 	if err := errors.Join(store.InitializeSchema(ctx), hand.InitializeSchema(ctx)); err != nil {
 		return nil, err
 	}
-	b := &backend{db: name, store: store, insert: fmt.Sprintf(`INSERT INTO %s (id, customer, amount_cents) VALUES (?, ?, ?)`, invoices)}
+	b := &backend{db: name, delay: delay, store: store, insert: fmt.Sprintf(`INSERT INTO %s (id, customer, amount_cents) VALUES (?, ?, ?)`, invoices)}
+	if name == "mysql" {
+		if b.rtt, err = sqlRTT(ctx, db); err != nil {
+			return nil, err
+		}
+	}
 	claim := fmt.Sprintf(claimSQL, handTable)
 	b.business = func(ctx context.Context, id string) error {
 		return sqlTx(ctx, db, func(tx *sql.Tx) error {
@@ -370,16 +376,32 @@ func runCost(ctx context.Context, e *env, rep *report) error {
 			return fmt.Errorf("postgres, %s each way: %w", delay, err)
 		}
 	}
-	for _, name := range []string{"mysql", "sqlite"} {
-		if (name == "mysql" && e.mysql == nil) || (name == "sqlite" && e.sqlite == nil) {
-			continue
+	// MariaDB/MySQL at each round-trip time too: write-behind mode there is one text of
+	// several statements (Config.MultiStatements).
+	for _, delay := range e.opts.delays {
+		if e.mysql == nil {
+			break
 		}
-		b, err := sqlBackend(ctx, e, name)
+		db, err := e.mysqlAt(delay)
+		if err != nil {
+			return err
+		}
+		b, err := sqlBackend(ctx, e, "mysql", db, delay)
+		if err == nil {
+			log.Printf("mysql, %s each way: round trip %s", delay, b.rtt)
+			err = b.measure(ctx, e, rep)
+		}
+		if err != nil {
+			return fmt.Errorf("mysql, %s each way: %w", delay, err)
+		}
+	}
+	if e.sqlite != nil {
+		b, err := sqlBackend(ctx, e, "sqlite", e.sqlite, 0)
 		if err == nil {
 			err = b.measure(ctx, e, rep)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("sqlite: %w", err)
 		}
 	}
 	return nil

@@ -53,7 +53,8 @@ type env struct {
 	opts     options
 	pg       *pgxpool.Pool // straight to the server
 	pgInfo   string
-	mysql    *sql.DB // nil: not reachable or off
+	mysql    *sql.DB // straight to the server; nil: not reachable or off
+	mysqlCfg *mysql.Config
 	myInfo   string
 	sqlite   *sql.DB // nil: off
 	liteInfo string
@@ -80,13 +81,19 @@ func openEnv(ctx context.Context, o options) (_ *env, err error) {
 		return nil, err
 	}
 	if o.mysql != "off" && o.mysql != "" {
-		if e.mysql, err = sql.Open("mysql", o.mysql); err != nil {
+		// Write-behind messages travel as one text of several statements
+		// (sqlinbox.Config.MultiStatements); the other variants send one statement at a time.
+		cfg, err := mysql.ParseDSN(o.mysql)
+		if err != nil {
+			return nil, fmt.Errorf("-mysql: %w", err)
+		}
+		cfg.MultiStatements, cfg.InterpolateParams = true, true
+		e.mysqlCfg = cfg
+		if e.mysql, err = e.openMySQL(cfg); err != nil {
 			return nil, err
 		}
-		e.mysql.SetMaxOpenConns(slices.Max(o.workers) + 2)
-		e.mysql.SetMaxIdleConns(slices.Max(o.workers) + 2)
 		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := e.mysql.QueryRowContext(pingCtx, `SELECT VERSION()`).Scan(&e.myInfo)
+		err = e.mysql.QueryRowContext(pingCtx, `SELECT VERSION()`).Scan(&e.myInfo)
 		cancel()
 		if err != nil {
 			log.Printf("MariaDB/MySQL skipped: %v", err)
@@ -143,6 +150,56 @@ func (e *env) pgPool(ctx context.Context, delay time.Duration) (*pgxpool.Pool, e
 	}
 	e.onClose(pool.Close)
 	return pool, pool.Ping(ctx)
+}
+
+func (e *env) openMySQL(cfg *mysql.Config) (*sql.DB, error) {
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(slices.Max(e.opts.workers) + 2)
+	db.SetMaxIdleConns(slices.Max(e.opts.workers) + 2)
+	return db, nil
+}
+
+// mysqlAt returns MariaDB/MySQL reached straight (delay 0) or through a delay proxy.
+func (e *env) mysqlAt(delay time.Duration) (*sql.DB, error) {
+	if delay == 0 {
+		return e.mysql, nil
+	}
+	addr, stop, err := spawnDelayProxy(e.mysqlCfg.Addr, delay)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(stop)
+	cfg := e.mysqlCfg.Clone()
+	cfg.Addr = addr
+	db, err := e.openMySQL(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(func() { db.Close() })
+	return db, nil
+}
+
+// sqlRTT measures the median round trip of an empty statement on one of db's connections.
+func sqlRTT(ctx context.Context, db *sql.DB) (time.Duration, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var times []time.Duration
+	for range 51 {
+		start := time.Now()
+		if _, err := conn.ExecContext(ctx, "DO 1"); err != nil {
+			return 0, err
+		}
+		times = append(times, time.Since(start))
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
 }
 
 // rtt measures the median round trip of an empty query on one of pool's connections.

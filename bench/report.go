@@ -98,7 +98,7 @@ func (r *report) findDerived(scenario string, delay time.Duration, workers int, 
 var scenarios = []struct{ name, title, description string }{
 	{"cost", "1. What the inbox costs a handler, at network round-trip times",
 		"Each message is one business transaction that INSERTs one invoice row, called by N workers with no router. " +
-			"PostgreSQL is reached straight (loopback) and through a TCP proxy (a niced child process) that delays each direction " +
+			"PostgreSQL and MariaDB are reached straight (loopback) and through a TCP proxy (a niced child process) that delays each direction " +
 			"(0.25 ms each way: a 0.5 ms round trip, as between hosts in one data centre); *RTT* is the measured median round trip of an empty query, " +
 			"the proxy's extra hops and the loopback included. " +
 			"*business alone*: BEGIN; INSERT; COMMIT, no inbox. " +
@@ -107,7 +107,7 @@ var scenarios = []struct{ name, title, description string }{
 			"*hand-written inbox, claim sent with BEGIN*: the same, with BEGIN and the claim in one pgx batch: 3 round trips, the fewest for a handler that writes in the claim's transaction, and the least such an inbox can cost (PostgreSQL only). " +
 			"*inbox, TxFromContext*: the middleware claims, the handler INSERTs through `inbox.TxFromContext`. " +
 			"*inbox, Queue*: the handler queues the INSERT with `inbox.Queue`; it travels with COMMIT. " +
-			"*inbox, WriteBehind*: `inbox.Config{WriteBehind: true}`; the handler runs first and queues the INSERT, and on pgx BEGIN, the claim, the INSERT and COMMIT go in one batch. " +
+			"*inbox, WriteBehind*: `inbox.Config{WriteBehind: true}`; the handler runs first and queues the INSERT, and on pgx BEGIN, the claim, the INSERT and COMMIT go in one batch (on MariaDB in one text of several statements, `sqlinbox.Config{MultiStatements: true}`). " +
 			"*inbox, duplicates only*: every message's key is already committed, sent to the WriteBehind handler, which runs first; its queued INSERT must not apply (each round counts the business rows). " +
 			"Ratios are to *business alone* in the same round. Round trips are writes to the database's socket per message."},
 	{"router", "2. Through a Watermill router (gochannel)",
@@ -163,8 +163,10 @@ func (r *report) markdown(charts []string) string {
 		}
 		fmt.Fprintf(&b, "## %s\n\n%s\n\n", s.title, s.description)
 		if s.name == "cost" {
-			for _, w := range o.workers {
-				b.WriteString(r.costSummary(w))
+			for _, db := range []string{"postgres", "mysql"} {
+				for _, w := range o.workers {
+					b.WriteString(r.costSummary(db, w))
+				}
 			}
 		}
 		if len(rows) > 0 {
@@ -204,13 +206,17 @@ func (r *report) markdown(charts []string) string {
 	return b.String()
 }
 
-// costSummary is the cost scenario on PostgreSQL at one worker count: a variant per line, a
-// round-trip time per column.
-func (r *report) costSummary(workers int) string {
+// costSummary is the cost scenario on db ("postgres", "mysql") at one worker count: a
+// variant per line, a round-trip time per column. Empty if db did not run.
+func (r *report) costSummary(db string, workers int) string {
+	if _, ok := r.find("cost", db, r.opts.delays[0], workers, vBusiness); !ok {
+		return ""
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "PostgreSQL, %d workers, ÷ business alone (median of the rounds) and msgs/s:\n\n| variant | round trips/msg |", workers)
+	title := map[string]string{"postgres": "PostgreSQL", "mysql": "MariaDB/MySQL"}[db]
+	fmt.Fprintf(&b, "%s, %d workers, ÷ business alone (median of the rounds) and msgs/s:\n\n| variant | round trips/msg |", title, workers)
 	for _, d := range r.opts.delays {
-		if x, ok := r.find("cost", "postgres", d, workers, vBusiness); ok {
+		if x, ok := r.find("cost", db, d, workers, vBusiness); ok {
 			fmt.Fprintf(&b, " RTT %s |", ms(x.rtt))
 		}
 	}
@@ -218,7 +224,7 @@ func (r *report) costSummary(workers int) string {
 	for _, v := range []string{vBusiness, vHand, vPiped, vTx, vQueue, vWB, vDup} {
 		line := ""
 		for _, d := range r.opts.delays {
-			x, ok := r.find("cost", "postgres", d, workers, v)
+			x, ok := r.find("cost", db, d, workers, v)
 			if !ok {
 				continue
 			}
