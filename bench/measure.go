@@ -20,6 +20,8 @@ type roundResult struct {
 	elapsed time.Duration
 	allocs  uint64 // heap allocations in this process during the round
 	writes  int64  // writes to database sockets: round trips
+	// cpu is the CPU time this process and the database servers spent during the round.
+	cpu cpuTimes
 }
 
 func (r roundResult) rate() float64 {
@@ -61,6 +63,7 @@ func runFor(ctx context.Context, workers int, d time.Duration, stop <-chan struc
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	w0 := writes.Load()
+	cpu0 := readCPU()
 	start := time.Now()
 	for w := range workers {
 		wg.Add(1)
@@ -91,6 +94,7 @@ func runFor(ctx context.Context, workers int, d time.Duration, stop <-chan struc
 	done.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu1 := readCPU()
 	w1 := writes.Load()
 	runtime.ReadMemStats(&after)
 	if firstErr != nil {
@@ -104,6 +108,7 @@ func runFor(ctx context.Context, workers int, d time.Duration, stop <-chan struc
 		elapsed: elapsed,
 		allocs:  after.Mallocs - before.Mallocs,
 		writes:  w1 - w0,
+		cpu:     cpuTimes{self: cpu1.self - cpu0.self, server: cpu1.server - cpu0.server},
 	}, nil
 }
 

@@ -25,6 +25,9 @@ type row struct {
 	ratio    spread // rate ÷ the baseline's rate, per round
 	allocs   float64
 	trips    float64 // socket writes (round trips) per message; < 0: not counted
+	// CPU µs per message of the benchmark's process and of the database server; server
+	// < 0: not measured (SQLite runs in the benchmark's process).
+	cpuSelf, cpuServer float64
 }
 
 // derived is a figure computed from a comparison's rounds, other than a ratio to its baseline.
@@ -57,9 +60,12 @@ func (r *report) note(scenario, format string, args ...any) {
 func (r *report) add(a at, names []string, results [][]roundResult, base int) {
 	for i, name := range names {
 		rw := row{at: a, variant: name, rate: spreadOf(rates(results[i])), trips: -1,
-			allocs: perMsg(results[i], func(x roundResult) float64 { return float64(x.allocs) })}
+			allocs:    perMsg(results[i], func(x roundResult) float64 { return float64(x.allocs) }),
+			cpuSelf:   perMsg(results[i], func(x roundResult) float64 { return float64(x.cpu.self.Microseconds()) }),
+			cpuServer: -1}
 		if a.db != "sqlite" {
 			rw.trips = perMsg(results[i], func(x roundResult) float64 { return float64(x.writes) })
+			rw.cpuServer = perMsg(results[i], func(x roundResult) float64 { return float64(x.cpu.server.Microseconds()) })
 		}
 		if i != base {
 			rw.baseline = names[base]
@@ -151,7 +157,9 @@ func (r *report) markdown(charts []string) string {
 		o.rounds, o.round, r.elapsed.Round(time.Second))
 	b.WriteString("Absolute throughput on a shared machine drifts; the ratios, taken per round between variants that ran " +
 		"seconds apart, are the figures to read: the median over the rounds with the minimum and maximum in brackets. " +
-		"allocs/msg counts the benchmark's process (the delay proxy runs in another).\n\n")
+		"allocs/msg counts the benchmark's process (the delay proxy runs in another). CPU µs/msg is user + system time per message over all rounds, " +
+		"of the benchmark's process (client: the library, the driver, the workers) and of the database server's processes " +
+		"(all of them, the WAL writer included); the delay proxy's is in neither.\n\n")
 	if t := r.targets(); t != "" {
 		b.WriteString("## Targets (PostgreSQL, 8 workers)\n\n" + t + "\n")
 	}
@@ -170,16 +178,19 @@ func (r *report) markdown(charts []string) string {
 			}
 		}
 		if len(rows) > 0 {
-			b.WriteString("| where | workers | variant | msgs/s (median) | ÷ baseline [min–max] | round trips/msg | allocs/msg |\n| --- | ---: | --- | ---: | --- | ---: | ---: |\n")
+			b.WriteString("| where | workers | variant | msgs/s (median) | ÷ baseline [min–max] | round trips/msg | allocs/msg | CPU µs/msg: client, server |\n| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |\n")
 			for _, x := range rows {
-				ratio, trips := "baseline", "–"
+				ratio, trips, server := "baseline", "–", "–"
 				if x.baseline != "" {
 					ratio = fmt.Sprintf("**%.2f** [%.2f–%.2f]", x.ratio.med, x.ratio.min, x.ratio.max)
 				}
 				if x.trips >= 0 {
 					trips = fmt.Sprintf("%.2f", x.trips)
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %s | %.0f |\n", x.where(), x.workers, x.variant, x.rate.med, ratio, trips, x.allocs)
+				if x.cpuServer >= 0 {
+					server = fmt.Sprintf("%.0f", x.cpuServer)
+				}
+				fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s | %s | %.0f | %.0f, %s |\n", x.where(), x.workers, x.variant, x.rate.med, ratio, trips, x.allocs, x.cpuSelf, server)
 			}
 			b.WriteString("\n")
 		}
