@@ -382,7 +382,7 @@ func runCost(ctx context.Context, e *env, rep *report) error {
 		if e.mysql == nil {
 			break
 		}
-		db, err := e.mysqlAt(delay)
+		db, err := e.mysqlAt(ctx, delay)
 		if err != nil {
 			return err
 		}
