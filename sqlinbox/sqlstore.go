@@ -101,8 +101,10 @@ func (s *SQLStore) claimIn(ctx context.Context, tx *sql.Tx, claim inbox.Claim) (
 		case !errors.Is(err, sql.ErrNoRows):
 			return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
 		}
-		// A duplicate. Prior takes a snapshot of its own (READ COMMITTED), so it also sees a
-		// claim committed while this one waited for it.
+		// A duplicate. Under READ COMMITTED, Prior takes a snapshot of its own, so it also
+		// sees a claim committed while this one waited for it; under REPEATABLE READ or
+		// SERIALIZABLE such a claim fails instead ("could not serialize access"), and the
+		// redelivery is the duplicate.
 		prior, err = scanPrior(tx.QueryRowContext(ctx, s.sql.prior, claim.Consumer, claim.Key))
 		return false, prior, err
 	}
