@@ -220,16 +220,10 @@ func sqlRTT(ctx context.Context, db *sql.DB) (time.Duration, error) {
 		return 0, err
 	}
 	defer conn.Close()
-	var times []time.Duration
-	for range 51 {
-		start := time.Now()
-		if _, err := conn.ExecContext(ctx, "DO 1"); err != nil {
-			return 0, err
-		}
-		times = append(times, time.Since(start))
-	}
-	slices.Sort(times)
-	return times[len(times)/2], nil
+	return medianTime(func() error {
+		_, err := conn.ExecContext(ctx, "DO 1")
+		return err
+	})
 }
 
 // rtt measures the median round trip of an empty query on one of pool's connections.
@@ -239,13 +233,18 @@ func rtt(ctx context.Context, pool *pgxpool.Pool) (time.Duration, error) {
 		return 0, err
 	}
 	defer conn.Release()
-	var times []time.Duration
-	for range 51 {
+	return medianTime(func() error { return conn.Conn().PgConn().Exec(ctx, ";").Close() })
+}
+
+// medianTime returns the median time of 51 calls of f.
+func medianTime(f func() error) (time.Duration, error) {
+	times := make([]time.Duration, 51)
+	for i := range times {
 		start := time.Now()
-		if err := conn.Conn().PgConn().Exec(ctx, ";").Close(); err != nil {
+		if err := f(); err != nil {
 			return 0, err
 		}
-		times = append(times, time.Since(start))
+		times[i] = time.Since(start)
 	}
 	slices.Sort(times)
 	return times[len(times)/2], nil
