@@ -98,21 +98,24 @@ func (s *suite) handler(t *testing.T, consumer string, rec *recorder, logger wat
 	})
 }
 
-func deliver(ctx context.Context, h message.HandlerFunc, key string) error {
+// Deliver hands h a message with UUID key, no payload and context ctx, as a router would,
+// and returns the handler's error: nil is an ack, an error a nack.
+func Deliver(ctx context.Context, h message.HandlerFunc, key string) error {
 	msg := message.NewMessage(key, nil)
 	msg.SetContext(ctx)
 	_, err := h(msg)
 	return err
 }
 
-// deliverUntilAcked delivers key again after each error, as a broker redelivers a nacked
-// message, and returns the errors seen before the ack.
-func deliverUntilAcked(t *testing.T, h message.HandlerFunc, key string) []error {
+// DeliverUntilAcked delivers key again after each error, as a broker redelivers a nacked
+// message, with a growing pause, for up to a minute; it returns the errors seen before the
+// ack, and fails t if none came.
+func DeliverUntilAcked(t *testing.T, h message.HandlerFunc, key string) []error {
 	t.Helper()
 	var nacks []error
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := deliver(context.Background(), h, key)
+		err := Deliver(context.Background(), h, key)
 		if err == nil {
 			return nacks
 		}
@@ -142,7 +145,8 @@ func (s *suite) claims(t *testing.T, consumer, key string) int {
 	return s.rows(t, s.Table, "WHERE consumer = ? AND message_id = ?", consumer, key)
 }
 
-func wantRows(t *testing.T, what string, got, want int) {
+// WantRows fails t unless got, a row count of what, is want.
+func WantRows(t *testing.T, what string, got, want int) {
 	t.Helper()
 	if got != want {
 		t.Errorf("%s: %d rows, want %d", what, got, want)
@@ -168,7 +172,7 @@ func testFirstDelivery(t *testing.T, s *suite) {
 		outside, err = s.Direct.Count(ctx, "SELECT COUNT(*) FROM "+s.Table+" WHERE consumer = ? AND message_id = ?", "billing", key)
 		return err
 	})
-	if err := deliver(context.Background(), h, key); err != nil {
+	if err := Deliver(context.Background(), h, key); err != nil {
 		t.Fatal(err)
 	}
 	if !s.writeBehind() && (inside != 1 || outside != 0) {
@@ -178,8 +182,8 @@ func testFirstDelivery(t *testing.T, s *suite) {
 	if sawKey != key {
 		t.Errorf("KeyFromContext = %q, want %q", sawKey, key)
 	}
-	wantRows(t, "claims", s.claims(t, "billing", key), 1)
-	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	WantRows(t, "claims", s.claims(t, "billing", key), 1)
+	WantRows(t, "invoices", s.invoices(t, "billing", key), 1)
 }
 
 func testSequentialDuplicate(t *testing.T, s *suite) {
@@ -188,15 +192,15 @@ func testSequentialDuplicate(t *testing.T, s *suite) {
 	h := s.handler(t, "billing", rec, logger, nil)
 	key := watermill.NewUUID()
 	for i := range 3 {
-		if err := deliver(context.Background(), h, key); err != nil {
+		if err := Deliver(context.Background(), h, key); err != nil {
 			t.Fatalf("delivery %d: %v", i+1, err)
 		}
 	}
 	if runs, _ := rec.counts(key); runs != 1 && !s.writeBehind() {
 		t.Errorf("handler ran %d times, want 1", runs)
 	}
-	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
-	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+	WantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	WantRows(t, "claims", s.claims(t, "billing", key), 1)
 	logs := logger.Captured()
 	if errs := logs[watermill.ErrorLogLevel]; len(errs) > 0 {
 		t.Errorf("duplicates logged as errors: %v", errs)
@@ -219,7 +223,7 @@ func testConcurrentCopies(t *testing.T, s *suite) {
 		wg.Go(func() {
 			<-start
 			for range copiesEach {
-				n := deliverUntilAcked(t, h, key)
+				n := DeliverUntilAcked(t, h, key)
 				mu.Lock()
 				nacks = append(nacks, n...)
 				mu.Unlock()
@@ -233,8 +237,8 @@ func testConcurrentCopies(t *testing.T, s *suite) {
 	if runs-failed != 1 && !s.writeBehind() {
 		t.Errorf("handler succeeded %d times (%d runs, %d failed), want once", runs-failed, runs, failed)
 	}
-	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
-	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+	WantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	WantRows(t, "claims", s.claims(t, "billing", key), 1)
 	checkNacksRetriable(t, s, nacks)
 }
 
@@ -258,7 +262,7 @@ func testManyMessagesConcurrently(t *testing.T, s *suite) {
 	for range workers {
 		wg.Go(func() {
 			for key := range queue {
-				n := deliverUntilAcked(t, h, key)
+				n := DeliverUntilAcked(t, h, key)
 				mu.Lock()
 				nacks = append(nacks, n...)
 				mu.Unlock()
@@ -271,11 +275,11 @@ func testManyMessagesConcurrently(t *testing.T, s *suite) {
 	close(queue)
 	wg.Wait()
 
-	wantRows(t, "distinct invoiced messages", s.rows(t,
+	WantRows(t, "distinct invoiced messages", s.rows(t,
 		"(SELECT DISTINCT msg_key FROM "+s.Business+") d", ""), messages)
-	wantRows(t, "messages invoiced other than once", s.rows(t,
+	WantRows(t, "messages invoiced other than once", s.rows(t,
 		"(SELECT msg_key FROM "+s.Business+" GROUP BY msg_key HAVING COUNT(*) <> 1) d", ""), 0)
-	wantRows(t, "claims", s.rows(t, s.Table, ""), messages)
+	WantRows(t, "claims", s.rows(t, s.Table, ""), messages)
 	t.Logf("%d deliveries of %d messages, %d nacked and redelivered", len(deliveries), messages, len(nacks))
 	checkNacksRetriable(t, s, nacks)
 }
@@ -302,20 +306,20 @@ func testHandlerError(t *testing.T, s *suite) {
 		return nil
 	})
 	key := watermill.NewUUID()
-	if err := deliver(context.Background(), h, key); !errors.Is(err, errPayment) {
+	if err := Deliver(context.Background(), h, key); !errors.Is(err, errPayment) {
 		t.Fatalf("err = %v, want the handler's error", err)
 	}
-	wantRows(t, "invoices after the error", s.invoices(t, "billing", key), 0)
-	wantRows(t, "claims after the error", s.claims(t, "billing", key), 0)
+	WantRows(t, "invoices after the error", s.invoices(t, "billing", key), 0)
+	WantRows(t, "claims after the error", s.claims(t, "billing", key), 0)
 
-	if err := deliver(context.Background(), h, key); err != nil {
+	if err := Deliver(context.Background(), h, key); err != nil {
 		t.Fatalf("redelivery: %v", err)
 	}
 	if runs, _ := rec.counts(key); runs != 2 {
 		t.Errorf("handler ran %d times, want 2", runs)
 	}
-	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
-	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+	WantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	WantRows(t, "claims", s.claims(t, "billing", key), 1)
 }
 
 func testHandlerPanic(t *testing.T, s *suite) {
@@ -334,16 +338,16 @@ func testHandlerPanic(t *testing.T, s *suite) {
 				t.Errorf("recovered %v, want the handler's panic", r)
 			}
 		}()
-		_ = deliver(context.Background(), h, key)
+		_ = Deliver(context.Background(), h, key)
 	}()
-	wantRows(t, "invoices after the panic", s.invoices(t, "billing", key), 0)
-	wantRows(t, "claims after the panic", s.claims(t, "billing", key), 0)
+	WantRows(t, "invoices after the panic", s.invoices(t, "billing", key), 0)
+	WantRows(t, "claims after the panic", s.claims(t, "billing", key), 0)
 
-	if err := deliver(context.Background(), h, key); err != nil {
+	if err := Deliver(context.Background(), h, key); err != nil {
 		t.Fatalf("redelivery: %v", err)
 	}
-	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
-	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+	WantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	WantRows(t, "claims", s.claims(t, "billing", key), 1)
 }
 
 // commitFaults returns the faults that make a handler's COMMIT fail, in this mode.
@@ -377,17 +381,17 @@ func testCommitFailure(t *testing.T, s *suite) {
 				injected = true
 				return fault(msg.Context())
 			})
-			err := deliver(context.Background(), h, key)
+			err := Deliver(context.Background(), h, key)
 			if err == nil {
 				t.Fatal("delivery with a failed commit returned nil: the message would be acked")
 			}
 			t.Logf("nack: %v", err)
-			wantRows(t, "invoices after the failed commit", s.invoices(t, "billing", key), 0)
-			wantRows(t, "claims after the failed commit", s.claims(t, "billing", key), 0)
+			WantRows(t, "invoices after the failed commit", s.invoices(t, "billing", key), 0)
+			WantRows(t, "claims after the failed commit", s.claims(t, "billing", key), 0)
 
-			deliverUntilAcked(t, h, key)
-			wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
-			wantRows(t, "claims", s.claims(t, "billing", key), 1)
+			DeliverUntilAcked(t, h, key)
+			WantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+			WantRows(t, "claims", s.claims(t, "billing", key), 1)
 		})
 	}
 }
@@ -418,16 +422,16 @@ func testFailuresEndTheTransaction(t *testing.T, s *suite) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			for i := range 2 * rounds {
-				if err := deliver(ctx, h, watermill.NewUUID()); err == nil {
+				if err := Deliver(ctx, h, watermill.NewUUID()); err == nil {
 					t.Fatalf("delivery %d: the planned failure was acked", i+1)
 				}
 			}
 			key := watermill.NewUUID()
-			if err := deliver(ctx, h, key); err != nil {
+			if err := Deliver(ctx, h, key); err != nil {
 				t.Fatalf("after %d rolled back and %d failed commits: %v", rollbacks, commits, err)
 			}
-			wantRows(t, "claims", s.rows(t, s.Table, ""), before+1)
-			wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+			WantRows(t, "claims", s.rows(t, s.Table, ""), before+1)
+			WantRows(t, "invoices", s.invoices(t, "billing", key), 1)
 		})
 	}
 }
@@ -438,14 +442,14 @@ func testTwoConsumers(t *testing.T, s *suite) {
 	key := watermill.NewUUID()
 	for range 2 {
 		for _, h := range []message.HandlerFunc{billing, shipping} {
-			if err := deliver(context.Background(), h, key); err != nil {
+			if err := Deliver(context.Background(), h, key); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	for _, consumer := range []string{"billing", "shipping"} {
-		wantRows(t, consumer+" invoices", s.invoices(t, consumer, key), 1)
-		wantRows(t, consumer+" claims", s.claims(t, consumer, key), 1)
+		WantRows(t, consumer+" invoices", s.invoices(t, consumer, key), 1)
+		WantRows(t, consumer+" claims", s.claims(t, consumer, key), 1)
 	}
 }
 
@@ -459,23 +463,23 @@ func testBadKeys(t *testing.T, s *suite) {
 		{"one byte too long", strings.Repeat("k", inbox.MaxKeyLength+1), inbox.ErrKeyTooLong},
 		{"invalid UTF-8", "order-\xff\xfe", inbox.ErrInvalidKey},
 	} {
-		if err := deliver(context.Background(), h, tc.key); !errors.Is(err, tc.want) {
+		if err := Deliver(context.Background(), h, tc.key); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	wantRows(t, "claims after bad keys", s.rows(t, s.Table, ""), 0)
-	wantRows(t, "invoices after bad keys", s.rows(t, s.Business, ""), 0)
+	WantRows(t, "claims after bad keys", s.rows(t, s.Table, ""), 0)
+	WantRows(t, "invoices after bad keys", s.rows(t, s.Business, ""), 0)
 
 	// The longest key fits the column on every database: no truncation, no error.
 	longest := strings.Repeat("é", inbox.MaxKeyLength/2) + "x"
-	if err := deliver(context.Background(), h, longest); err != nil {
+	if err := Deliver(context.Background(), h, longest); err != nil {
 		t.Fatalf("key of %d bytes: %v", len(longest), err)
 	}
-	wantRows(t, "claims of the longest key", s.claims(t, "billing", longest), 1)
-	if err := deliver(context.Background(), h, longest); err != nil {
+	WantRows(t, "claims of the longest key", s.claims(t, "billing", longest), 1)
+	if err := Deliver(context.Background(), h, longest); err != nil {
 		t.Fatal(err)
 	}
-	wantRows(t, "invoices of the longest key", s.invoices(t, "billing", longest), 1)
+	WantRows(t, "invoices of the longest key", s.invoices(t, "billing", longest), 1)
 
 	config := s.options.Config
 	config.Consumer = ""
@@ -484,7 +488,7 @@ func testBadKeys(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	h = noConsumer(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-	if err := deliver(context.Background(), h, watermill.NewUUID()); !errors.Is(err, inbox.ErrNoConsumer) {
+	if err := Deliver(context.Background(), h, watermill.NewUUID()); !errors.Is(err, inbox.ErrNoConsumer) {
 		t.Errorf("no consumer: err = %v, want ErrNoConsumer", err)
 	}
 }
@@ -496,14 +500,14 @@ func testOutage(t *testing.T, s *suite) {
 	rec := newRecorder()
 	h := s.handler(t, "billing", rec, nil, nil)
 	warm := watermill.NewUUID() // put connections in the pool, so the outage breaks them
-	if err := deliver(context.Background(), h, warm); err != nil {
+	if err := Deliver(context.Background(), h, warm); err != nil {
 		t.Fatal(err)
 	}
 
 	key := watermill.NewUUID()
 	restore := s.Outage()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	err := deliver(ctx, h, key)
+	err := Deliver(ctx, h, key)
 	cancel()
 	restore()
 	if err == nil {
@@ -514,9 +518,9 @@ func testOutage(t *testing.T, s *suite) {
 		t.Errorf("handler ran %d times during the outage", runs)
 	}
 
-	deliverUntilAcked(t, h, key)
-	wantRows(t, "invoices", s.invoices(t, "billing", key), 1)
-	wantRows(t, "claims", s.claims(t, "billing", key), 1)
+	DeliverUntilAcked(t, h, key)
+	WantRows(t, "invoices", s.invoices(t, "billing", key), 1)
+	WantRows(t, "claims", s.claims(t, "billing", key), 1)
 }
 
 func testInjection(t *testing.T, s *suite) {
@@ -547,12 +551,12 @@ func testInjection(t *testing.T, s *suite) {
 		`\'; SELECT 1; --`,
 	} {
 		for range 2 {
-			if err := deliver(context.Background(), h, key); err != nil {
+			if err := Deliver(context.Background(), h, key); err != nil {
 				t.Fatalf("key %q: %v", key, err)
 			}
 		}
-		wantRows(t, fmt.Sprintf("claims of %q", key), s.claims(t, "billing", key), 1)
-		wantRows(t, fmt.Sprintf("invoices of %q", key), s.invoices(t, "billing", key), 1)
+		WantRows(t, fmt.Sprintf("claims of %q", key), s.claims(t, "billing", key), 1)
+		WantRows(t, fmt.Sprintf("invoices of %q", key), s.invoices(t, "billing", key), 1)
 	}
 }
 
@@ -583,7 +587,7 @@ func testKeysCompareBytes(t *testing.T, s *suite) {
 	h := s.handler(t, "billing", rec, nil, nil)
 	keys := []string{"Order-A", "order-a", "ORDER-A", "caf\u00e9", "cafe\u0301"}
 	for _, key := range keys {
-		if err := deliver(context.Background(), h, key); err != nil {
+		if err := Deliver(context.Background(), h, key); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -591,7 +595,7 @@ func testKeysCompareBytes(t *testing.T, s *suite) {
 		if runs, _ := rec.counts(key); runs != 1 {
 			t.Errorf("key %q: handler ran %d times, want 1", key, runs)
 		}
-		wantRows(t, fmt.Sprintf("claims of %q", key), s.claims(t, "billing", key), 1)
+		WantRows(t, fmt.Sprintf("claims of %q", key), s.claims(t, "billing", key), 1)
 	}
-	wantRows(t, "claims", s.rows(t, s.Table, ""), len(keys))
+	WantRows(t, "claims", s.rows(t, s.Table, ""), len(keys))
 }

@@ -125,7 +125,7 @@ func TestProducedMessagesArePublishedDespiteFailedPublishes(t *testing.T) {
 
 func TestHandlerWithoutOutputsRecordsNoMessages(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		h := b.handler(t, "billing", nil, nil, nil)
+		h := b.handler(t, "billing", nil, nil)
 		for range 2 {
 			if err := deliver(context.Background(), h, watermill.NewUUID()); err != nil {
 				t.Fatal(err)
@@ -146,7 +146,7 @@ func TestDuplicateWithDifferentPayload(t *testing.T) {
 		key := watermill.NewUUID()
 		first, second := `{"amount":100}`, `{"amount":200}`
 
-		reject := b.handler(t, "billing", nil, nil, nil) // RejectMismatch is the default
+		reject := b.handler(t, "billing", nil, nil) // RejectMismatch is the default
 		if err := deliverPayload(reject, key, first); err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func TestLockTimeoutBoundsWaitBehindInFlightCopy(t *testing.T) {
 		b.store = store
 		entered, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		h := b.handler(t, "billing", nil, nil, func(*message.Message) error {
+		h := b.handler(t, "billing", nil, func(*message.Message) error {
 			once.Do(func() { close(entered); <-release })
 			return nil
 		})
@@ -270,7 +270,7 @@ func TestHandlerSuccessCommitsAfterContextCancelled(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		h := b.handler(t, "billing", nil, nil, func(*message.Message) error {
+		h := b.handler(t, "billing", nil, func(*message.Message) error {
 			cancel() // after the invoice is written, before the commit
 			return nil
 		})

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -89,35 +87,9 @@ func (s suiteRunner) Count(ctx context.Context, query string, args ...any) (int,
 	return s.r.count(ctx, query, args...)
 }
 
-// recorder counts, per key, how often the handler ran and how often it failed.
-type recorder struct {
-	mu     sync.Mutex
-	runs   map[string]int
-	failed map[string]int
-}
-
-func newRecorder() *recorder {
-	return &recorder{runs: map[string]int{}, failed: map[string]int{}}
-}
-
-func (r *recorder) ran(key string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.runs[key]++
-	if err != nil {
-		r.failed[key]++
-	}
-}
-
-func (r *recorder) counts(key string) (runs, failed int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.runs[key], r.failed[key]
-}
-
 // handler returns the inbox-wrapped handler for consumer that writes one business row per
-// message. before, if set, runs first in the transaction; after runs once the row is written.
-func (b *backend) handler(t *testing.T, consumer string, rec *recorder, logger watermill.LoggerAdapter,
+// message; after, if set, runs once the row is written.
+func (b *backend) handler(t *testing.T, consumer string, logger watermill.LoggerAdapter,
 	after func(msg *message.Message) error,
 ) message.HandlerFunc {
 	t.Helper()
@@ -135,39 +107,16 @@ func (b *backend) handler(t *testing.T, consumer string, rec *recorder, logger w
 		if err == nil && after != nil {
 			err = after(msg)
 		}
-		if rec != nil {
-			rec.ran(msg.UUID, err)
-		}
 		return nil, err
 	})
 }
 
-func deliver(ctx context.Context, h message.HandlerFunc, key string) error {
-	msg := message.NewMessage(key, nil)
-	msg.SetContext(ctx)
-	_, err := h(msg)
-	return err
-}
-
-// deliverUntilAcked delivers key again after each error, as a broker redelivers a nacked
-// message, and returns the errors seen before the ack.
-func deliverUntilAcked(t *testing.T, h message.HandlerFunc, key string) []error {
-	t.Helper()
-	var nacks []error
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := deliver(context.Background(), h, key)
-		if err == nil {
-			return nacks
-		}
-		nacks = append(nacks, err)
-		if time.Now().After(deadline) {
-			t.Errorf("message %q still nacked after %d deliveries: %v", key, len(nacks), err)
-			return nacks
-		}
-		time.Sleep(time.Duration(len(nacks)) * 5 * time.Millisecond) // the broker's redelivery backoff
-	}
-}
+// The suite's delivery and row-count helpers, for the tests of this package too.
+var (
+	deliver           = inboxtest.Deliver
+	deliverUntilAcked = inboxtest.DeliverUntilAcked
+	wantRows          = inboxtest.WantRows
+)
 
 func (b *backend) rows(t *testing.T, table, where string, args ...any) int {
 	t.Helper()
@@ -184,13 +133,6 @@ func (b *backend) invoices(t *testing.T, consumer, key string) int {
 
 func (b *backend) claims(t *testing.T, consumer, key string) int {
 	return b.rows(t, b.table, "WHERE consumer = ? AND message_id = ?", consumer, key)
-}
-
-func wantRows(t *testing.T, what string, got, want int) {
-	t.Helper()
-	if got != want {
-		t.Errorf("%s: %d rows, want %d", what, got, want)
-	}
 }
 
 // checkNacksRetriable fails on any nack that is not a race the database resolved with an
