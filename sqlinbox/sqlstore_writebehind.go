@@ -69,22 +69,50 @@ func (s *SQLStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statem
 func (s *SQLStore) afterFailedBatch(ctx context.Context, conn *sql.Conn, claim inbox.Claim, batchErr error) (*inbox.Processed, error) {
 	ctx = context.WithoutCancel(ctx) // the transaction must end, whatever happens to ctx
 	batchErr = fmt.Errorf("sqlinbox: write-behind batch: %w", batchErr)
-	if _, err := conn.ExecContext(ctx, sqlRollback); err != nil {
-		// The connection may still be in the transaction: never hand it to another user.
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		return nil, errors.Join(batchErr, fmt.Errorf("sqlinbox: rollback: %w", err))
-	}
 	if !s.sql.isDuplicateKey(batchErr) {
+		if err := s.rollback(ctx, conn); err != nil {
+			return nil, errors.Join(batchErr, err)
+		}
 		if _, err := conn.ExecContext(ctx, s.sql.batch.Probe, 1, 1); err != nil {
 			return nil, fmt.Errorf("%w (Config.MultiStatements needs a driver that runs several statements in one call, with the parameters in the text: go-sql-driver/mysql's multiStatements=true and interpolateParams=true)", batchErr)
 		}
 		return nil, batchErr
 	}
-	// The claim or a queued statement hit a primary key. Only a committed claim makes
-	// this a duplicate; see BatchSQL.
-	prior, err := scanPrior(conn.QueryRowContext(ctx, s.sql.prior, claim.Consumer, claim.Key))
+	// The claim or a queued statement hit a primary key. Only a committed claim makes this
+	// a duplicate (see BatchSQL): ROLLBACK and the read of the claim share a text.
+	prior, err := s.rollbackAndReadPrior(ctx, conn, claim)
 	if err != nil {
 		return nil, errors.Join(batchErr, err)
 	}
 	return prior, nil
 }
+
+// rollbackAndReadPrior sends ROLLBACK and Prior in one text and reads Prior's row.
+func (s *SQLStore) rollbackAndReadPrior(ctx context.Context, conn *sql.Conn, claim inbox.Claim) (*inbox.Processed, error) {
+	rows, err := conn.QueryContext(ctx, sqlRollback+"; "+s.sql.prior, claim.Consumer, claim.Key)
+	if err != nil {
+		discard(conn)
+		return nil, fmt.Errorf("sqlinbox: rollback: %w", err)
+	}
+	defer rows.Close()
+	// go-sql-driver/mysql skips ROLLBACK's empty result; a driver that does not gives it first.
+	for !rows.Next() {
+		if !rows.NextResultSet() {
+			return nil, fmt.Errorf("sqlinbox: read the committed claim: %w", errors.Join(rows.Err(), sql.ErrNoRows))
+		}
+	}
+	return scanPrior(rows)
+}
+
+// rollback ends the transaction on conn, or makes sure conn is never used again.
+func (s *SQLStore) rollback(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, sqlRollback); err != nil {
+		discard(conn)
+		return fmt.Errorf("sqlinbox: rollback: %w", err)
+	}
+	return nil
+}
+
+// discard closes conn's driver connection instead of returning it to the pool: it may still
+// be in a transaction.
+func discard(conn *sql.Conn) { _ = conn.Raw(func(any) error { return driver.ErrBadConn }) }
