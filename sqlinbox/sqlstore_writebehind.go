@@ -70,7 +70,7 @@ func (s *SQLStore) afterFailedBatch(ctx context.Context, conn *sql.Conn, claim i
 	ctx = context.WithoutCancel(ctx) // the transaction must end, whatever happens to ctx
 	batchErr = fmt.Errorf("sqlinbox: write-behind batch: %w", batchErr)
 	if !s.sql.isDuplicateKey(batchErr) {
-		if err := s.rollback(ctx, conn); err != nil {
+		if err := rollback(ctx, conn); err != nil {
 			return nil, errors.Join(batchErr, err)
 		}
 		if _, err := conn.ExecContext(ctx, s.sql.batch.Probe, 1, 1); err != nil {
@@ -105,7 +105,7 @@ func (s *SQLStore) rollbackAndReadPrior(ctx context.Context, conn *sql.Conn, cla
 }
 
 // rollback ends the transaction on conn, or makes sure conn is never used again.
-func (s *SQLStore) rollback(ctx context.Context, conn *sql.Conn) error {
+func rollback(ctx context.Context, conn *sql.Conn) error {
 	if _, err := conn.ExecContext(ctx, sqlRollback); err != nil {
 		discard(conn)
 		return fmt.Errorf("sqlinbox: rollback: %w", err)
