@@ -57,15 +57,16 @@ type Config struct {
 	// every store, so one handler runs unchanged on all of them); it writes with Queue and
 	// publishes by returning messages or through a Publisher. When it returns, the claim,
 	// the queued writes, the record of its messages and COMMIT are sent together: one
-	// round trip on a sqlinbox.PgxStore. If the key turns out to be committed already, the
+	// round trip on a sqlinbox.PgxStore, and on a MySQL sqlinbox.SQLStore with
+	// MultiStatements. If the key turns out to be committed already, the
 	// handler's writes and messages are discarded and the message is a duplicate.
 	//
 	// Use it for handlers whose only effects are database writes they do not need to read
 	// back and messages. Keep the default (false) for a handler that reads its own writes,
 	// or that calls an external system and must know the message is not a duplicate first:
 	// in write-behind mode the handler also runs for duplicates; only its effects are
-	// dropped. Stores that do not implement WriteBehindStore claim, write and commit in the
-	// same order, with a round trip each.
+	// dropped. Other stores claim, write and commit in the same order, with a round trip
+	// each.
 	WriteBehind bool
 
 	// Publisher is the Publisher through which this inbox publishes the messages recorded

@@ -29,7 +29,7 @@ type StatementQueuer interface {
 // With the default claim-first mode, the statements travel with COMMIT: on pgx a message
 // costs two round trips in all (the claim's and the commit's) however many it queues. In
 // write-behind mode (Config.WriteBehind) they travel with the claim itself: one round trip
-// on pgx.
+// on pgx, and on MySQL with sqlinbox.Config.MultiStatements.
 //
 // Queue returns ErrNoInboxTx for a context that does not come from the inbox middleware, and
 // an error once the handler has returned. Use TxFromContext instead for statements whose

@@ -61,15 +61,17 @@ type Tx interface {
 }
 
 // WriteBehindStore is implemented by a Store that can claim, write and commit in one step,
-// for Config.WriteBehind. sqlinbox.PgxStore sends it all as one pipelined batch: one round
-// trip. The middleware uses Claim and Commit, in the same order, with a Store that does not
-// implement it.
+// for Config.WriteBehind. sqlinbox.PgxStore sends it all as one pipelined batch, and a MySQL
+// sqlinbox.SQLStore with MultiStatements as one text: one round trip. The middleware uses
+// Claim and Commit, in the same order, with a Store that does not implement it.
 type WriteBehindStore interface {
 	// ClaimAndCommit begins a transaction, inserts the claim with produced recorded, runs
 	// statements in order and commits. If a committed row holds (consumer, key) already, it
 	// writes nothing and returns what that row recorded in prior. Only a conflict of the
 	// claim itself on the inbox's primary key makes a duplicate: a unique violation of one of
-	// statements is an error. A copy of the key that another transaction holds makes it wait
+	// statements is an error. (A store that cannot tell which statement failed may return
+	// prior for a statement's violation only if a committed row holds the key by the time it
+	// reads it: a copy committed since, so the message is a duplicate after all.) A copy of the key that another transaction holds makes it wait
 	// for that transaction, as Claim does. On an error nothing is committed, unless the error
 	// came from COMMIT itself, whose outcome the next delivery finds out.
 	ClaimAndCommit(ctx context.Context, claim Claim, statements []Statement, produced []byte) (prior *Processed, err error)

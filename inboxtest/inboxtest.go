@@ -16,6 +16,8 @@ package inboxtest
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -41,7 +43,8 @@ type Harness struct {
 	// (inbox.TxFromContext); ok is false if there is none.
 	InTx func(ctx context.Context) (r Runner, ok bool)
 	// Placeholders rewrites a statement written with ? placeholders into the driver's style,
-	// for statements the suite queues with inbox.Queue. Nil: ? is the driver's style.
+	// for statements the suite queues with inbox.Queue (DollarPlaceholders for PostgreSQL).
+	// Nil: ? is the driver's style.
 	Placeholders func(query string) string
 
 	// NewStore builds another store on the same database, on the inbox table table, or fails
@@ -129,3 +132,19 @@ func (s *suite) placeholders(query string) string {
 }
 
 func (s *suite) retriable(err error) bool { return s.Retriable != nil && s.Retriable(err) }
+
+// DollarPlaceholders turns the ? placeholders of query into PostgreSQL's $1, $2, ...; the
+// suite's own SQL has no ? anywhere else.
+func DollarPlaceholders(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range query {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/inboxtest"
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
@@ -99,7 +99,7 @@ func pgxBackendWith(t *testing.T, configure ...func(*pgxpool.Config)) *backend {
 		},
 		outage:       func() func() { proxy.Cut(); return proxy.Restore },
 		retriable:    func(error) bool { return false },
-		placeholders: dollarPlaceholders,
+		placeholders: inboxtest.DollarPlaceholders,
 		dialect:      sqlinbox.Postgres,
 		retentionSQL: postgresRetentionSQL,
 	}
@@ -237,7 +237,7 @@ func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect,
 	dollar := dialect.Name == sqlinbox.Postgres.Name
 	placeholders := func(query string) string { return query }
 	if dollar {
-		placeholders = dollarPlaceholders
+		placeholders = inboxtest.DollarPlaceholders
 	}
 	return &backend{
 		placeholders: placeholders,
@@ -311,12 +311,12 @@ type pgxRunner struct {
 }
 
 func (r pgxRunner) exec(ctx context.Context, query string, args ...any) error {
-	_, err := r.q.Exec(ctx, dollarPlaceholders(query), args...)
+	_, err := r.q.Exec(ctx, inboxtest.DollarPlaceholders(query), args...)
 	return err
 }
 
 func (r pgxRunner) count(ctx context.Context, query string, args ...any) (n int, err error) {
-	err = r.q.QueryRow(ctx, dollarPlaceholders(query), args...).Scan(&n)
+	err = r.q.QueryRow(ctx, inboxtest.DollarPlaceholders(query), args...).Scan(&n)
 	return n, err
 }
 
@@ -331,7 +331,7 @@ type sqlRunner struct {
 
 func (r sqlRunner) rebind(query string) string {
 	if r.dollar {
-		return dollarPlaceholders(query)
+		return inboxtest.DollarPlaceholders(query)
 	}
 	return query
 }
@@ -344,21 +344,6 @@ func (r sqlRunner) exec(ctx context.Context, query string, args ...any) error {
 func (r sqlRunner) count(ctx context.Context, query string, args ...any) (n int, err error) {
 	err = r.q.QueryRowContext(ctx, r.rebind(query), args...).Scan(&n)
 	return n, err
-}
-
-// dollarPlaceholders turns ? into $1, $2, ... for PostgreSQL.
-func dollarPlaceholders(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, c := range query {
-		if c == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }
 
 // openPgxPool opens a pool of 16 connections, closed when the test ends; configure, if

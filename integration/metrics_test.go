@@ -117,22 +117,12 @@ func TestCleanupMetric(t *testing.T) {
 	if err != nil || deleted != 3 {
 		t.Fatalf("Cleanup = %d, %v; want 3 rows", deleted, err)
 	}
-	var data metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &data); err != nil {
-		t.Fatal(err)
-	}
 	var counted int64
-	for _, scope := range data.ScopeMetrics {
-		for _, m := range scope.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == inbox.MetricRowsCleaned {
-				for _, p := range sum.DataPoints {
-					if table, _ := p.Attributes.Value("table"); table.AsString() != b.table {
-						t.Errorf("table attribute %q, want %q", table.AsString(), b.table)
-					}
-					counted += p.Value
-				}
-			}
+	for _, p := range rowsCleaned(t, reader) {
+		if table, _ := p.Attributes.Value("table"); table.AsString() != b.table {
+			t.Errorf("table attribute %q, want %q", table.AsString(), b.table)
 		}
+		counted += p.Value
 	}
 	if counted != 3 {
 		t.Errorf("%s = %d, want 3", inbox.MetricRowsCleaned, counted)
@@ -224,19 +214,9 @@ func TestRetentionRunnerMeterProvider(t *testing.T) {
 	expire("d", "e")
 	wait(2, "the rows expired later")
 
-	var data metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &data); err != nil {
-		t.Fatal(err)
-	}
 	var counted int64
-	for _, scope := range data.ScopeMetrics {
-		for _, m := range scope.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == inbox.MetricRowsCleaned {
-				for _, p := range sum.DataPoints {
-					counted += p.Value
-				}
-			}
-		}
+	for _, p := range rowsCleaned(t, reader) {
+		counted += p.Value
 	}
 	if counted != 5 {
 		t.Errorf("%s = %d, want 5", inbox.MetricRowsCleaned, counted)
@@ -244,4 +224,22 @@ func TestRetentionRunnerMeterProvider(t *testing.T) {
 	if n := provider.counters.Load(); n != 1 {
 		t.Errorf("the runner created %d counters, want 1 for all its passes", n)
 	}
+}
+
+// rowsCleaned collects reader and returns the data points of MetricRowsCleaned.
+func rowsCleaned(t *testing.T, reader *sdkmetric.ManualReader) []metricdata.DataPoint[int64] {
+	t.Helper()
+	var data metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &data); err != nil {
+		t.Fatal(err)
+	}
+	var points []metricdata.DataPoint[int64]
+	for _, scope := range data.ScopeMetrics {
+		for _, m := range scope.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == inbox.MetricRowsCleaned {
+				points = append(points, sum.DataPoints...)
+			}
+		}
+	}
+	return points
 }

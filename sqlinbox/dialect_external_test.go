@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,7 +124,7 @@ func aliasHarness(t *testing.T) *inboxtest.Harness {
 			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 			return sqlRunner{tx}, ok
 		},
-		Placeholders: dollars,
+		Placeholders: inboxtest.DollarPlaceholders,
 		NewStore: func(table string) (inbox.Store, error) {
 			return sqlinbox.New(db, aliasDialect, sqlinbox.Config{Table: table})
 		},
@@ -158,26 +157,11 @@ type sqlRunner struct {
 }
 
 func (r sqlRunner) Exec(ctx context.Context, query string, args ...any) error {
-	_, err := r.q.ExecContext(ctx, dollars(query), args...)
+	_, err := r.q.ExecContext(ctx, inboxtest.DollarPlaceholders(query), args...)
 	return err
 }
 
 func (r sqlRunner) Count(ctx context.Context, query string, args ...any) (n int, err error) {
-	err = r.q.QueryRowContext(ctx, dollars(query), args...).Scan(&n)
+	err = r.q.QueryRowContext(ctx, inboxtest.DollarPlaceholders(query), args...).Scan(&n)
 	return n, err
-}
-
-// dollars turns ? into $1, $2, ...
-func dollars(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, c := range query {
-		if c == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }

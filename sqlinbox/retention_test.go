@@ -96,21 +96,15 @@ func TestRetentionRunnerBacksOffAfterFailures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var waits []time.Duration
-			sqlinbox.SetRunnerClock(r, func(d time.Duration) <-chan time.Time {
-				waits = append(waits, d)
-				fired := make(chan time.Time, 1)
-				fired <- time.Time{}
-				return fired
-			}, tt.jitter)
+			waits := instantWaits(r, tt.jitter)
 			if err := r.Run(ctx); err != nil {
 				t.Fatalf("Run = %v", err)
 			}
 			if cleaner.calls != len(script) {
 				t.Errorf("%d passes, want %d", cleaner.calls, len(script))
 			}
-			if !slices.Equal(waits, tt.want) {
-				t.Errorf("waits %v, want %v", waits, tt.want)
+			if !slices.Equal(*waits, tt.want) {
+				t.Errorf("waits %v, want %v", *waits, tt.want)
 			}
 		})
 	}
@@ -132,22 +126,28 @@ func TestRetentionRunnerJitterStaysInBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var waits []time.Duration
-	sqlinbox.SetRunnerClock(r, func(d time.Duration) <-chan time.Time {
-		waits = append(waits, d)
-		fired := make(chan time.Time, 1)
-		fired <- time.Time{}
-		return fired
-	}, nil)
-	// nil jitter: keep the runner's own.
+	waits := instantWaits(r, nil) // nil jitter: keep the runner's own
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	bound := time.Second
-	for i, w := range waits {
+	for i, w := range *waits {
 		if w < bound/2 || w > bound {
 			t.Errorf("wait %d = %s, want within [%s, %s]", i+1, w, bound/2, bound)
 		}
 		bound = min(2*bound, 5*time.Minute)
 	}
+}
+
+// instantWaits makes r's waits end at once and records how long each was; jitter, if not
+// nil, replaces the runner's.
+func instantWaits(r *sqlinbox.RetentionRunner, jitter func(time.Duration) time.Duration) *[]time.Duration {
+	waits := new([]time.Duration)
+	sqlinbox.SetRunnerClock(r, func(d time.Duration) <-chan time.Time {
+		*waits = append(*waits, d)
+		fired := make(chan time.Time, 1)
+		fired <- time.Time{}
+		return fired
+	}, jitter)
+	return waits
 }
