@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
@@ -38,6 +40,10 @@ type Config struct {
 	// mode is unchanged. NewPgx refuses it: pgx sends a write-behind message in one batch
 	// without it.
 	MultiStatements bool
+
+	// Logger receives, at error level, each check that refuses the inbox table (see
+	// ErrTableMismatch): once per check, not once per message. Default: watermill.NopLogger{}.
+	Logger watermill.LoggerAdapter
 }
 
 func (c *Config) setDefaults() {
@@ -66,6 +72,8 @@ type statements struct {
 	schema          []string
 	schemaLock      string
 	cleanup         cleanupStatements
+	// guard checks the table before the store's first claim; copies of statements share it.
+	guard *tableGuard
 }
 
 func newStatements(dialect Dialect, config Config) (statements, error) {
@@ -87,6 +95,7 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		schema:       dialect.Schema(table),
 		schemaLock:   dialect.SchemaLock,
 		cleanup:      newCleanupStatements(dialect, table),
+		guard:        newTableGuard(config.Logger),
 	}
 	if config.MultiStatements {
 		if dialect.Batch == nil {

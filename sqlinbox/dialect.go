@@ -36,6 +36,10 @@ type Dialect struct {
 	// Schema returns the statements that create the inbox table and its processed_at index,
 	// each only if it does not exist (the columns are listed in the inbox package). Required.
 	Schema func(table Table) []string
+	// TableCheck reads the inbox table's shape from the catalog, so that a store refuses a
+	// table that cannot guard against duplicates (ErrTableMismatch) before its first claim.
+	// Required.
+	TableCheck *TableCheck
 	// SchemaLock, if set, runs first in InitializeSchema's transaction to serialise
 	// instances that create the schema at once.
 	SchemaLock string
@@ -140,6 +144,7 @@ func (d Dialect) validate() error {
 		{d.Prior == "", "Prior"},
 		{d.Record == "", "Record"},
 		{d.IsDuplicateKey == nil, "IsDuplicateKey"},
+		{d.TableCheck == nil || d.TableCheck.Describe == nil, "TableCheck.Describe"},
 		{d.Batch != nil && d.Batch.Probe == "", "Batch.Probe"},
 	} {
 		if f.missing {

@@ -40,6 +40,28 @@ var aliasDialect = sqlinbox.Dialect{
 			`CREATE INDEX IF NOT EXISTS "` + t.Name + `_at" ON ` + t.Quoted + ` (processed_at)`,
 		}
 	},
+	// The catalog query written another way than the package's: information_schema for the
+	// columns, pg_catalog for the collations and the primary key.
+	TableCheck: &sqlinbox.TableCheck{
+		Describe: func(t sqlinbox.Table) (string, []any) {
+			return `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) || COALESCE(' COLLATE ' || quote_ident(co.collname), ''),
+	COALESCE(array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) + 1, 0)::int,
+	(a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'bytea'::regtype) AND COALESCE(co.collisdeterministic, true))::int,
+	(a.atttypid = 'bytea'::regtype)::int,
+	(a.atttypid IN ('timestamptz'::regtype, 'timestamp'::regtype))::int,
+	(NOT a.attnotnull)::int, (a.atthasdef OR a.attgenerated <> '' OR a.attidentity <> '')::int,
+	COALESCE((SELECT conname::text FROM pg_constraint WHERE conrelid = a.attrelid AND contype = 'p'), '')
+FROM pg_attribute a
+LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 'default'::regcollation
+LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum`, []any{t.Quoted}
+		},
+		KeyType:        `text COLLATE "C"`,
+		BytesType:      "bytea",
+		TimeType:       "timestamptz",
+		PrimaryKeyName: func(t sqlinbox.Table) string { return t.Name + "_pkey" },
+	},
 	SchemaLock: `SELECT pg_advisory_xact_lock(4242)`,
 	Insert:     `INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
 	InsertOrSkip: `INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)

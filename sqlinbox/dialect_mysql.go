@@ -34,6 +34,19 @@ var MySQL = Dialect{
 ) ENGINE=InnoDB`, t)}
 	},
 
+	TableCheck: &TableCheck{
+		Describe: func(t Table) (string, []any) {
+			var schema any
+			if t.Schema != "" {
+				schema = t.Schema
+			}
+			return mysqlDescribe, []any{schema, t.Name}
+		},
+		KeyType:   "VARBINARY, or VARCHAR CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin (MariaDB) or utf8mb4_0900_bin (MySQL)",
+		BytesType: "VARBINARY or a BLOB type",
+		TimeType:  "DATETIME(6)",
+	},
+
 	Insert:         "INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)",
 	Prior:          "SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?",
 	Record:         "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
@@ -76,6 +89,30 @@ var MySQL = Dialect{
 		}}
 	},
 }
+
+// mysqlDescribe describes the table (schema ?, default DATABASE(); name ?) for TableCheck.
+// Exact: VARBINARY, or VARCHAR in utf8mb4 with a binary NO PAD collation, and no prefix in the
+// primary key. Refused: PAD SPACE collations, utf8mb4_bin among them ('k' and 'k ' are one
+// key); BINARY(n) and CHAR(n), which pad the value, so that the read of a duplicate's record
+// finds nothing (BINARY) or two keys are one (CHAR). MariaDB's information_schema has no
+// PAD_ATTRIBUTE, so the collation is known by name. MariaDB writes a nullable column without
+// a default as the default 'NULL'.
+const mysqlDescribe = `SELECT c.COLUMN_NAME,
+	CONCAT(c.COLUMN_TYPE, IF(c.COLLATION_NAME IS NULL, '', CONCAT(' COLLATE ', c.COLLATION_NAME))),
+	COALESCE(k.SEQ_IN_INDEX, 0),
+	(c.DATA_TYPE = 'varbinary' OR (c.DATA_TYPE = 'varchar' AND c.CHARACTER_SET_NAME = 'utf8mb4'
+		AND (c.COLLATION_NAME LIKE '%\_nopad\_bin' OR c.COLLATION_NAME = 'utf8mb4_0900_bin'))) AND k.SUB_PART IS NULL,
+	c.DATA_TYPE IN ('varbinary', 'tinyblob', 'blob', 'mediumblob', 'longblob'),
+	c.DATA_TYPE IN ('datetime', 'timestamp'),
+	c.IS_NULLABLE = 'YES',
+	(c.COLUMN_DEFAULT IS NOT NULL AND c.COLUMN_DEFAULT <> 'NULL') OR c.EXTRA LIKE '%GENERATED%' OR c.EXTRA LIKE '%auto_increment%',
+	IF(EXISTS (SELECT 1 FROM information_schema.STATISTICS p WHERE p.TABLE_SCHEMA = c.TABLE_SCHEMA
+		AND p.TABLE_NAME = c.TABLE_NAME AND p.INDEX_NAME = 'PRIMARY'), 'PRIMARY', '')
+FROM information_schema.COLUMNS c
+LEFT JOIN information_schema.STATISTICS k ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME
+	AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY'
+WHERE c.TABLE_SCHEMA = COALESCE(?, DATABASE()) AND c.TABLE_NAME = ?
+ORDER BY c.ORDINAL_POSITION`
 
 // mysqlDuplicateKey recognises error 1062 (ER_DUP_ENTRY) on the key PRIMARY. MySQL ends its
 // message with "for key '<table>.PRIMARY'", MariaDB with "for key 'PRIMARY'"; the entry,

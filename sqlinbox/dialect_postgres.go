@@ -33,6 +33,14 @@ var Postgres = Dialect{
 			`CREATE INDEX IF NOT EXISTS ` + index + ` ON ` + t.Quoted + ` (processed_at)`,
 		}
 	},
+	TableCheck: &TableCheck{
+		Describe: func(t Table) (string, []any) { return postgresDescribe, []any{t.Quoted} },
+		KeyType:  `varchar or text with a deterministic collation (COLLATE "C"), or bytea`,
+		// bytea only: text refuses the bytes of a fingerprint that are not UTF-8.
+		BytesType:      "bytea",
+		TimeType:       "timestamptz",
+		PrimaryKeyName: postgresPrimaryKeyName,
+	},
 	// CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
 	SchemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
 
@@ -74,6 +82,39 @@ ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
 	},
 }
 
+// postgresDescribe describes the table named by $1 (quoted, found on the search path as the
+// store's statements find it) for TableCheck. Exact: text, varchar or bytea (not char(n),
+// which ignores trailing spaces; not citext or a domain) with a deterministic collation,
+// under which equal means the same bytes.
+const postgresDescribe = `SELECT a.attname::text,
+	format_type(a.atttypid, a.atttypmod) ||
+		CASE WHEN a.attcollation <> t.typcollation THEN ' COLLATE ' || quote_ident(c.collname) ELSE '' END,
+	COALESCE((SELECT k.n FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) WHERE k.attnum = a.attnum), 0)::int,
+	(t.typtype = 'b' AND t.typname IN ('text', 'varchar', 'bytea') AND (c.oid IS NULL OR c.collisdeterministic))::int,
+	(t.typname = 'bytea')::int,
+	(t.typname IN ('timestamptz', 'timestamp'))::int,
+	(NOT a.attnotnull)::int,
+	(a.atthasdef OR a.attgenerated <> '' OR a.attidentity <> '')::int,
+	COALESCE(con.conname::text, '')
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_collation c ON c.oid = a.attcollation
+LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.contype = 'p'
+WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum`
+
+// postgresPrimaryKeyName is the name PostgreSQL gives the primary key of a table created
+// with t's name, the one postgresDuplicateKey recognises: a table renamed since keeps the
+// old name on its key.
+func postgresPrimaryKeyName(t Table) string {
+	name := t.Name
+	if len(name) > maxIdentifierLength-len("_pkey") {
+		name = name[:maxIdentifierLength-len("_pkey")]
+	}
+	return name + "_pkey"
+}
+
 // postgresDuplicateKey recognises a unique violation (SQLSTATE 23505) of the inbox table's
 // primary key by the constraint name PostgreSQL gives it, "<table>_pkey" (the table name cut
 // to 58 bytes), and the table it names. The error is a *pgconn.PgError, found with
@@ -83,10 +124,6 @@ func postgresDuplicateKey(err error, t Table) bool {
 	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 		return false
 	}
-	name := t.Name
-	if len(name) > maxIdentifierLength-len("_pkey") {
-		name = name[:maxIdentifierLength-len("_pkey")]
-	}
-	return pgErr.ConstraintName == name+"_pkey" && pgErr.TableName == t.Name &&
+	return pgErr.ConstraintName == postgresPrimaryKeyName(t) && pgErr.TableName == t.Name &&
 		(t.Schema == "" || pgErr.SchemaName == t.Schema)
 }

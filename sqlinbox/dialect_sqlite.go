@@ -34,6 +34,19 @@ var SQLite = Dialect{
 		}
 	},
 
+	TableCheck: &TableCheck{
+		Describe: func(t Table) (string, []any) {
+			schema := t.Schema
+			if schema == "" {
+				schema = "main"
+			}
+			return sqliteDescribe, []any{t.Name, schema}
+		},
+		KeyType:   "TEXT or BLOB with the BINARY collation (no COLLATE NOCASE or RTRIM)",
+		BytesType: "BLOB",
+		TimeType:  "TEXT",
+	},
+
 	Insert:         `INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)`,
 	Prior:          `SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?`,
 	Record:         `UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?`,
@@ -71,6 +84,37 @@ var SQLite = Dialect{
 		})
 	},
 }
+
+// sqliteDescribe describes the table (name ?1 in schema ?2) for TableCheck. A key column's
+// collation is the primary key index's. Exact: TEXT or BLOB affinity (an INTEGER or NUMERIC
+// one would store "0123" and "123" as one number) with the BINARY collation. Every column
+// holds bytes as they are (SQLite never converts a BLOB); processed_at holds the text time
+// Cleanup compares, unless an INTEGER or REAL affinity made it a number.
+const sqliteDescribe = `WITH x AS (
+	SELECT cid, name, type, pk, "notnull", dflt_value, hidden,
+		CASE
+			WHEN instr(upper(type), 'INT') THEN 'integer'
+			WHEN instr(upper(type), 'CHAR') OR instr(upper(type), 'CLOB') OR instr(upper(type), 'TEXT') THEN 'text'
+			WHEN instr(upper(type), 'BLOB') OR type = '' THEN 'blob'
+			WHEN instr(upper(type), 'REAL') OR instr(upper(type), 'FLOA') OR instr(upper(type), 'DOUB') THEN 'real'
+			ELSE 'numeric'
+		END AS affinity
+	FROM pragma_table_xinfo(?1, ?2)
+), k AS (
+	SELECT ii.name, ii.coll FROM pragma_index_list(?1, ?2) il, pragma_index_xinfo(il.name, ?2) ii
+	WHERE il.origin = 'pk' AND ii.key = 1
+)
+SELECT x.name,
+	x.type || CASE WHEN k.coll IS NOT NULL AND upper(k.coll) <> 'BINARY' THEN ' COLLATE ' || k.coll ELSE '' END,
+	x.pk,
+	x.affinity IN ('text', 'blob') AND upper(COALESCE(k.coll, 'BINARY')) = 'BINARY',
+	1,
+	x.affinity NOT IN ('integer', 'real'),
+	x."notnull" = 0,
+	x.dflt_value IS NOT NULL OR x.hidden IN (2, 3),
+	''
+FROM x LEFT JOIN k ON k.name = x.name
+ORDER BY x.cid`
 
 // sqliteIndex is the processed_at index's name, qualified by the table's schema.
 func sqliteIndex(t Table) string {

@@ -56,9 +56,14 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*PgxStore, error) {
 	return &PgxStore{pool: pool, sql: sql}, nil
 }
 
-// InitializeSchema creates the inbox table if it does not exist. It is safe to call on every
-// start, from every instance at once.
+// InitializeSchema creates the inbox table if it does not exist, then checks it (see
+// CheckTable): a table found in a shape that cannot guard is an error wrapping
+// ErrTableMismatch. It is safe to call on every start, from every instance at once.
 func (s *PgxStore) InitializeSchema(ctx context.Context) error {
+	return afterSchema(ctx, s.createSchema(ctx), s.CheckTable)
+}
+
+func (s *PgxStore) createSchema(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, s.sql.schemaLock); err != nil {
 			return fmt.Errorf("sqlinbox: lock for schema: %w", err)
@@ -75,6 +80,9 @@ func (s *PgxStore) InitializeSchema(ctx context.Context) error {
 // Claim implements inbox.Store. BEGIN, the lock timeout (if set) and the claim travel in
 // one batch. A duplicate's ROLLBACK and the read of the committed claim share a second.
 func (s *PgxStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
+	if err := s.guardTable(ctx); err != nil {
+		return nil, nil, err
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlinbox: acquire a connection: %w", err)
@@ -154,6 +162,9 @@ func scanPrior(row interface{ Scan(...any) error }) (*inbox.Processed, error) {
 // transaction and skips the rest of the batch; ROLLBACK and the read of the committed claim
 // then share a second batch.
 func (s *PgxStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statements []inbox.Statement, produced []byte) (*inbox.Processed, error) {
+	if err := s.guardTable(ctx); err != nil {
+		return nil, err
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlinbox: acquire a connection: %w", err)

@@ -34,9 +34,14 @@ func New(db *sql.DB, dialect Dialect, config Config) (*SQLStore, error) {
 // Dialect returns the dialect the store was built with.
 func (s *SQLStore) Dialect() Dialect { return s.sql.dialect }
 
-// InitializeSchema creates the inbox table if it does not exist. It is safe to call on every
-// start, from every instance at once.
-func (s *SQLStore) InitializeSchema(ctx context.Context) (err error) {
+// InitializeSchema creates the inbox table if it does not exist, then checks it (see
+// CheckTable): a table found in a shape that cannot guard is an error wrapping
+// ErrTableMismatch. It is safe to call on every start, from every instance at once.
+func (s *SQLStore) InitializeSchema(ctx context.Context) error {
+	return afterSchema(ctx, s.createSchema(ctx), s.CheckTable)
+}
+
+func (s *SQLStore) createSchema(ctx context.Context) (err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlinbox: begin: %w", err)
@@ -64,6 +69,9 @@ func (s *SQLStore) InitializeSchema(ctx context.Context) (err error) {
 
 // Claim implements inbox.Store.
 func (s *SQLStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
+	if err := s.guardTable(ctx); err != nil {
+		return nil, nil, err
+	}
 	txCtx, detach := detachedAfterClaim(ctx)
 	tx, err := s.db.BeginTx(txCtx, nil)
 	if err != nil {

@@ -18,6 +18,9 @@ var _ inbox.WriteBehindStore = (*SQLStore)(nil)
 // claims, runs the statements, records the produced messages and commits, as Claim and
 // Commit do, each statement a round trip.
 func (s *SQLStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statements []inbox.Statement, produced []byte) (*inbox.Processed, error) {
+	if err := s.guardTable(ctx); err != nil {
+		return nil, err
+	}
 	if s.sql.batch == nil {
 		tx, prior, err := s.Claim(ctx, claim)
 		if err != nil || prior != nil {

@@ -1,0 +1,185 @@
+package sqlinbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
+
+// tableRecheckInterval is how long a store refuses messages on the verdict of a failed check
+// before it checks the table again, so that a table fixed while the process runs is used
+// without a restart, and a refused table costs no catalog query per message.
+const tableRecheckInterval = 10 * time.Second
+
+// tableGuard runs a store's table check before its first claim and keeps the verdict. A
+// table that passed is not checked again (an atomic load per message); a refused table is
+// checked again at most every tableRecheckInterval; a check that could not read the catalog
+// (the database is down) gives no verdict and is repeated by the next message.
+type tableGuard struct {
+	passed atomic.Bool
+	logger watermill.LoggerAdapter
+	now    func() time.Time
+
+	mu        sync.Mutex // one check at a time; held by the messages that wait for it
+	refused   error      // the last check's ErrTableMismatch, if any
+	checkedAt time.Time
+}
+
+func newTableGuard(logger watermill.LoggerAdapter) *tableGuard {
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &tableGuard{logger: logger, now: time.Now}
+}
+
+// before returns nil once the table passed its check, running the check if no verdict
+// stands, and the refusal while one does.
+func (g *tableGuard) before(ctx context.Context, table Table, check func(context.Context) error) error {
+	if g.passed.Load() {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.passed.Load() {
+		return nil
+	}
+	if g.refused != nil && g.now().Sub(g.checkedAt) < tableRecheckInterval {
+		return g.refused
+	}
+	return g.checkLocked(ctx, table, check)
+}
+
+// check runs check now, whatever the standing verdict, and keeps its verdict.
+func (g *tableGuard) check(ctx context.Context, table Table, check func(context.Context) error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.checkLocked(ctx, table, check)
+}
+
+func (g *tableGuard) checkLocked(ctx context.Context, table Table, check func(context.Context) error) error {
+	err := check(ctx)
+	switch {
+	case err == nil:
+		g.refused = nil
+		g.passed.Store(true)
+	case errors.Is(err, ErrTableMismatch):
+		g.passed.Store(false)
+		g.refused, g.checkedAt = err, g.now()
+		g.logger.Error("Inbox table refused: every message fails until it is fixed", err,
+			watermill.LogFields{"table": table.Quoted})
+	}
+	return err
+}
+
+// describeTable reads table's shape with check.Describe through query and judges it.
+func describeTable(ctx context.Context, check *TableCheck, table Table,
+	query func(ctx context.Context, sql string, args ...any) (tableRows, error),
+) error {
+	text, args := check.Describe(table)
+	rows, err := query(ctx, text, args...)
+	if err != nil {
+		return fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
+	}
+	defer rows.Close()
+	var columns []TableColumn
+	for rows.Next() {
+		var c TableColumn
+		var exact, binary, temporal, nullable, hasDefault int64
+		if err := rows.Scan(&c.Name, &c.Type, &c.KeyPosition, &exact, &binary, &temporal, &nullable, &hasDefault, &c.PrimaryKey); err != nil {
+			return fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
+		}
+		c.Exact, c.Binary, c.Temporal, c.Nullable, c.HasDefault = exact == 1, binary == 1, temporal == 1, nullable == 1, hasDefault == 1
+		columns = append(columns, c)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
+	}
+	return judgeTable(check, table, columns)
+}
+
+// tableRows is what describeTable reads: *sql.Rows, or pgx.Rows with an adapted Close.
+type tableRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+// CheckTable reads the inbox table's shape from the database's catalog and returns an error
+// wrapping ErrTableMismatch if it cannot guard against duplicates (see ErrTableMismatch),
+// another error if the catalog could not be read, nil if the table is fit. The store runs
+// it before its first claim; call it from a readiness probe or a deployment check too. Its
+// verdict is the store's: a refused table is refused by every claim from then on, a table
+// that passes is used at once.
+func (s *SQLStore) CheckTable(ctx context.Context) error {
+	return s.sql.guard.check(ctx, s.sql.table, s.describe)
+}
+
+func (s *SQLStore) describe(ctx context.Context) error {
+	return describeTable(ctx, s.sql.dialect.TableCheck, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
+		rows, err := s.db.QueryContext(ctx, text, args...)
+		if err != nil {
+			return nil, err
+		}
+		return rows, nil
+	})
+}
+
+// guardTable returns nil once the store's table passed its check; see CheckTable.
+func (s *SQLStore) guardTable(ctx context.Context) error {
+	return s.sql.guard.before(ctx, s.sql.table, s.describe)
+}
+
+// CheckTable is SQLStore.CheckTable for the pgx store.
+func (s *PgxStore) CheckTable(ctx context.Context) error {
+	return s.sql.guard.check(ctx, s.sql.table, s.describe)
+}
+
+func (s *PgxStore) describe(ctx context.Context) error {
+	return describeTable(ctx, s.sql.dialect.TableCheck, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
+		rows, err := s.pool.Query(ctx, text, args...)
+		if err != nil {
+			return nil, err
+		}
+		return pgxRows{rows}, nil
+	})
+}
+
+// guardTable returns nil once the store's table passed its check; see CheckTable.
+func (s *PgxStore) guardTable(ctx context.Context) error {
+	return s.sql.guard.before(ctx, s.sql.table, s.describe)
+}
+
+// afterSchema is InitializeSchema's verdict: the table it created or found must pass the
+// check. A mismatch explains a failed statement too (CREATE INDEX on a table without
+// processed_at), so it comes first.
+func afterSchema(ctx context.Context, schemaErr error, check func(context.Context) error) error {
+	err := check(ctx)
+	switch {
+	case errors.Is(err, ErrTableMismatch):
+		return err
+	case schemaErr != nil:
+		return schemaErr
+	}
+	return err
+}
+
+// pgxRows gives pgx.Rows the Close of *sql.Rows.
+type pgxRows struct{ rowsCloser }
+
+type rowsCloser interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+func (r pgxRows) Close() error { r.rowsCloser.Close(); return r.Err() }
+
+var _ tableRows = (*sql.Rows)(nil)
