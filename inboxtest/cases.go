@@ -35,6 +35,7 @@ var cases = []struct {
 	{"table names are validated, message data is parameterised", testInjection},
 	{"InitializeSchema is idempotent", testInitializeSchemaTwice},
 	{"keys compare byte for byte", testKeysCompareBytes},
+	{"a table that cannot guard is refused", testUnguardedTable},
 }
 
 // recorder counts, per key, how often the handler ran and how often it failed.
@@ -598,4 +599,46 @@ func testKeysCompareBytes(t *testing.T, s *suite) {
 		WantRows(t, fmt.Sprintf("claims of %q", key), s.claims(t, "billing", key), 1)
 	}
 	WantRows(t, "claims", s.rows(t, s.Table, ""), len(keys))
+}
+
+// A store on an inbox table that cannot guard against duplicates (no primary key, a primary
+// key on message_id alone) fails every message before it is processed, with an error wrapping
+// sqlinbox.ErrTableMismatch (matched by its message here, so that this package imports no
+// store): nothing is committed and, in claim-first mode, the handler does not run. The
+// store's own table passes its check, where the store has one (CheckTable).
+func testUnguardedTable(t *testing.T, s *suite) {
+	if checker, ok := s.Store.(interface{ CheckTable(context.Context) error }); ok {
+		if err := checker.CheckTable(context.Background()); err != nil {
+			t.Errorf("CheckTable on the harness's table: %v", err)
+		}
+	}
+	if s.NewStore == nil {
+		t.Skip("the harness defines no NewStore: no other table to try")
+	}
+	for i, key := range []string{"", ", PRIMARY KEY (message_id)"} {
+		table := fmt.Sprintf("%s_unguarded%d", s.Table, i)
+		ctx := context.Background()
+		if err := s.Direct.Exec(ctx, "CREATE TABLE "+table+" (consumer VARCHAR(255) NOT NULL, message_id VARCHAR(255) NOT NULL"+key+")"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Direct.Exec(context.WithoutCancel(ctx), "DROP TABLE "+table) })
+		store, err := s.NewStore(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder()
+		h := (&suite{Harness: &Harness{Store: store, Business: s.Business, InTx: s.InTx, Placeholders: s.Placeholders}, options: s.options}).
+			handler(t, "billing", rec, nil, nil)
+		for range 2 {
+			err := Deliver(ctx, h, "order-1")
+			if err == nil || !strings.Contains(err.Error(), "cannot guard against duplicates") {
+				t.Errorf("table %s: delivery: err = %v, want the table refused (sqlinbox.ErrTableMismatch)", table, err)
+			}
+		}
+		if runs, _ := rec.counts("order-1"); !s.writeBehind() && runs != 0 {
+			t.Errorf("table %s: the handler ran %d times, want 0", table, runs)
+		}
+		WantRows(t, "invoices", s.invoices(t, "billing", "order-1"), 0)
+		WantRows(t, "claims in "+table, s.rows(t, table, ""), 0)
+	}
 }
