@@ -1,8 +1,10 @@
 // Command watermill-inbox manages the table of a watermill-inbox inbox: it prints and
-// creates the schema, deletes claims older than a retention, and shows what the table holds.
+// creates the schema, checks that a table can guard against duplicates, deletes claims older
+// than a retention, and shows what the table holds.
 //
 //	watermill-inbox schema  -dialect postgres -table inbox
 //	watermill-inbox migrate -dsn postgres://user@host/db
+//	watermill-inbox check   -dsn postgres://user@host/db
 //	watermill-inbox cleanup -dsn postgres://user@host/db -older-than 14d
 //	watermill-inbox stats   -dsn 'mysql://user:pass@tcp(host:3306)/db'
 //
@@ -12,6 +14,10 @@
 // -dialect. stats and cleanup refuse a SQLite file that does not exist (SQLite would create
 // an empty one); migrate creates it.
 //
+// migrate and check refuse a table that cannot guard against duplicates (its primary key is
+// not exactly (consumer, message_id), its key columns do not compare bytes exactly, a column
+// is missing) and print why; stores refuse such a table too (sqlinbox.ErrTableMismatch).
+//
 // cleanup counts the claims to delete first, then shows its progress: a bar on a terminal;
 // elsewhere (a log, cron mail) a line every 10 seconds (-progress-every) with the rows
 // deleted, the rate and what is left; -progress none prints only the summary.
@@ -19,7 +25,8 @@
 // An error is one line on stderr. Exit statuses:
 //
 //	0  done (also -h)
-//	1  the command failed: no database or table, a failed statement, interrupted
+//	1  the command failed: no database or table, a table that cannot guard, a failed
+//	   statement, interrupted
 //	2  bad usage: unknown command, flag or dialect, a bad value
 //	3  cleanup: another cleanup of the table holds its lock; nothing was deleted
 package main
@@ -55,7 +62,8 @@ const usage = `usage: watermill-inbox <command> [flags]
 
 commands:
   schema    print the DDL that creates the inbox table and its processed_at index
-  migrate   create the inbox table and its index if they do not exist
+  migrate   create the inbox table and its index if they do not exist, then check it
+  check     check that the inbox table can guard against duplicates (exit 1 and why if not)
   cleanup   delete claims older than -older-than, in batches
   stats     show claims per consumer, the oldest and newest claim, and the table's size
 
@@ -73,7 +81,7 @@ func main() {
 // list them too.
 const (
 	exitOK    = 0 // done; also -h
-	exitFail  = 1 // the command failed: no database, no table, a failed statement, interrupted
+	exitFail  = 1 // the command failed: no database, no table, a table that cannot guard, a failed statement, interrupted
 	exitUsage = 2 // bad command line: unknown command, flag or dialect, a bad value
 	exitBusy  = 3 // cleanup only: another cleanup of the table holds its lock; nothing deleted
 )
@@ -124,7 +132,7 @@ func oneLine(err error) string {
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("no command: use schema, migrate, cleanup or stats (watermill-inbox help)")
+		return usagef("no command: use schema, migrate, check, cleanup or stats (watermill-inbox help)")
 	}
 	name, args := args[0], args[1:]
 	switch name {
@@ -132,6 +140,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return schemaCommand(args, stdout, stderr)
 	case "migrate":
 		return migrateCommand(ctx, args, stdout, stderr)
+	case "check":
+		return checkCommand(ctx, args, stdout, stderr)
 	case "cleanup":
 		return cleanupCommand(ctx, args, stdout, stderr)
 	case "stats":
@@ -140,7 +150,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
-		return usagef("unknown command %q: use schema, migrate, cleanup or stats", name)
+		return usagef("unknown command %q: use schema, migrate, check, cleanup or stats", name)
 	}
 }
 
@@ -194,6 +204,21 @@ func (d *inboxDB) Close() error { return d.db.Close() }
 // table. Unless the command creates the schema (creates), a SQLite file must exist already
 // and so must the table.
 func (c *command) connect(ctx context.Context, creates bool) (*inboxDB, error) {
+	d, err := c.open(ctx, creates)
+	if err != nil {
+		return nil, err
+	}
+	if !creates {
+		if err := d.checkTable(ctx, c.table); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// open is connect without the check that the table exists.
+func (c *command) open(ctx context.Context, creates bool) (*inboxDB, error) {
 	dialect, driver, dsn, err := c.resolve(true, creates)
 	if err != nil {
 		return nil, err
@@ -213,14 +238,7 @@ func (c *command) connect(ctx context.Context, creates bool) (*inboxDB, error) {
 		db.Close()
 		return nil, err
 	}
-	d := &inboxDB{db: db, dialect: dialect, store: store}
-	if !creates {
-		if err := d.checkTable(ctx, c.table); err != nil {
-			db.Close()
-			return nil, err
-		}
-	}
-	return d, nil
+	return &inboxDB{db: db, dialect: dialect, store: store}, nil
 }
 
 // checkTable fails with a clear message when the inbox table does not exist.
@@ -408,7 +426,27 @@ func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := d.store.InitializeSchema(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "inbox table %q and its processed_at index are in place (%s)\n", c.table, d.dialect)
+	fmt.Fprintf(stdout, "inbox table %q and its processed_at index are in place (%s) and it can guard against duplicates\n", c.table, d.dialect)
+	return nil
+}
+
+// checkCommand reads the table's shape from the catalog: exit 0 if it can guard against
+// duplicates, 1 with every reason if it cannot (a missing table among them), for CI
+// pipelines and init containers.
+func checkCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("check")
+	if err := c.parse(args, stderr); err != nil {
+		return err
+	}
+	d, err := c.open(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.store.CheckTable(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "inbox table %q can guard against duplicates (%s)\n", c.table, d.dialect)
 	return nil
 }
 

@@ -175,6 +175,8 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"schema", "-dialect", "sqlite"}, exitOK},
 		{[]string{"migrate", "-dsn", db}, exitOK},
 		{[]string{"stats", "-dsn", db}, exitOK},
+		{[]string{"check", "-dsn", db}, exitOK},
+		{[]string{"check", "-dsn", db, "-table", "other"}, exitFail},
 		{[]string{"cleanup", "-dsn", db, "-older-than", "1d"}, exitOK},
 		{[]string{"stats", "-dsn", db, "-table", "other"}, exitFail},
 		{[]string{"stats", "-dsn", "sqlite://" + filepath.Join(dir, "missing.db")}, exitFail},
@@ -354,6 +356,49 @@ func TestCommandsAgainstDatabases(t *testing.T) {
 				if code, stdout, _ := cli(t, append([]string{"stats"}, common...)...); code != 0 || !regexp.MustCompile(`(?m)^locked\s+5\s`).MatchString(stdout) {
 					t.Errorf("stats while locked: exit %d, want the 5 locked claims kept:\n%s", code, stdout)
 				}
+			}
+		})
+	}
+}
+
+// Against each database: check fails (exit 1) for a missing table and for one that cannot
+// guard, with the reason; migrate fails on such an existing table; stats shows the verdict;
+// a table migrate created passes check.
+func TestCheckCommand(t *testing.T) {
+	for _, d := range databases(t) {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			db, _ := d.open(t)
+			bad, good := testenv.Name("cli_bad"), testenv.Name("cli_good")
+			t.Cleanup(func() {
+				for _, table := range []string{bad, good} {
+					_, _ = db.ExecContext(context.WithoutCancel(context.Background()), "DROP TABLE IF EXISTS "+table)
+				}
+			})
+			wantError(t, []string{"check", "-dsn", d.dsn, "-table", bad}, exitFail, "it does not exist")
+
+			// A table as a migration tool could make it: the right columns, no primary key.
+			if _, err := db.ExecContext(context.Background(), "CREATE TABLE "+bad+
+				" (consumer VARCHAR(255) NOT NULL, message_id VARCHAR(255) NOT NULL, processed_at TIMESTAMP, payload_hash VARCHAR(64), produced VARCHAR(255))"); err != nil {
+				t.Fatal(err)
+			}
+			reason := "cannot guard against duplicates: it has no primary key"
+			wantError(t, []string{"check", "-dsn", d.dsn, "-table", bad}, exitFail, reason)
+			wantError(t, []string{"migrate", "-dsn", d.dsn, "-table", bad}, exitFail, reason)
+			code, stdout, stderr := cli(t, "stats", "-dsn", d.dsn, "-table", bad)
+			if code != exitOK || !regexp.MustCompile(`(?m)^guards\s+NO: table \S+ `+reason).MatchString(stdout) {
+				t.Errorf("stats on the bad table: exit %d, stderr %q, stdout:\n%s\nwant a line guards NO: ... %s", code, stderr, stdout, reason)
+			}
+
+			if code, stdout, stderr := cli(t, "migrate", "-dsn", d.dsn, "-table", good); code != exitOK || !strings.Contains(stdout, "can guard") {
+				t.Fatalf("migrate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+			}
+			code, stdout, stderr = cli(t, "check", "-dsn", d.dsn, "-table", good)
+			if want := fmt.Sprintf("inbox table %q can guard against duplicates", good); code != exitOK || stderr != "" || !strings.HasPrefix(stdout, want) {
+				t.Errorf("check: exit %d, stdout %q, stderr %q; want 0 and %q", code, stdout, stderr, want)
+			}
+			if code, stdout, _ := cli(t, "stats", "-dsn", d.dsn, "-table", good); code != exitOK || !regexp.MustCompile(`(?m)^guards\s+yes$`).MatchString(stdout) {
+				t.Errorf("stats: exit %d, want a line guards yes:\n%s", code, stdout)
 			}
 		})
 	}

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 type consumerStats struct {
@@ -63,9 +67,16 @@ func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	sizeNote = ", " + sizeNote
+	guard := "yes"
+	if err := store.CheckTable(ctx); errors.Is(err, sqlinbox.ErrTableMismatch) {
+		guard = "NO: " + strings.TrimPrefix(err.Error(), "sqlinbox: ")
+	} else if err != nil {
+		return err
+	}
 
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "table\t%s (%s)\n", t.table, dialect)
+	fmt.Fprintf(w, "guards\t%s\n", guard)
 	fmt.Fprintf(w, "size\t%s (%d bytes%s)\n", humanBytes(size), size, sizeNote)
 	fmt.Fprintf(w, "claims\t%d\n", total)
 	fmt.Fprintf(w, "consumers\t%d\n", len(consumers))
