@@ -31,6 +31,9 @@
 // commit at most once, and a message is acked only after they committed or after its key was
 // found committed. An error anywhere (claim, handler, commit, lost connection, invalid key,
 // missing consumer name) is returned to the router, which nacks; nothing is acked silently.
+// The guarantee rests on the inbox table's primary key: the stores in sqlinbox read the
+// table's shape from the catalog before their first claim and refuse a table that cannot
+// guard (sqlinbox.ErrTableMismatch), failing every message before anything is processed.
 //
 // # Out of scope
 //

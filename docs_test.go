@@ -30,7 +30,7 @@ var documentedCommands = []struct {
 	{pattern: `^go get github\.com/inboxkit/watermill-inbox(@\S+)?$`, release: `"get", library+"@"+version`},
 	{pattern: `^go install github\.com/inboxkit/watermill-inbox/cmd/watermill-inbox@\S+$`, release: `"install", cli+"@"+version`},
 	// Run as written, in order, against SQLite.
-	{pattern: `^go run \./cmd/watermill-inbox (schema|migrate|cleanup|stats) `, test: "TestDocumentedCommands"},
+	{pattern: `^go run \./cmd/watermill-inbox (schema|migrate|check|cleanup|stats) `, test: "TestDocumentedCommands"},
 	// The programs whose brokers CI has, run with few orders.
 	{pattern: `^go run \./examples/(gochannel|amqp|nats|redisstream|sql|outbox|cqrs)$`, ci: `for example in gochannel amqp nats redisstream sql outbox cqrs; do`},
 	// Kafka needs a broker CI does not have: the tests run the same code on kfake.

@@ -25,8 +25,9 @@
 // # Adding a dialect
 //
 // A dialect is one Dialect value: dialect_postgres.go, dialect_mysql.go and dialect_sqlite.go
-// each hold one, with all of that database's SQL and how to recognise its duplicate-key
-// error. A new one is a file like them, here or in a module of your own, given to New; run
+// each hold one, with all of that database's SQL, how to recognise its duplicate-key
+// error, and the catalog query (TableCheck) by which every store refuses a table that cannot
+// guard against duplicates (ErrTableMismatch). A new one is a file like them, here or in a module of your own, given to New; run
 // the conformance suite (package inboxtest) on a store built with it. The command
 // watermill-inbox needs one more entry in its table of openers (a driver and its DSN form).
 //
