@@ -5,13 +5,14 @@ import (
 	"sync"
 )
 
-// claimCtxKey is unexported so that only this package can put a claim in a context.
-type claimCtxKey struct{}
+// scopeCtxKey is unexported so that only this package can put a scope in a context.
+type scopeCtxKey struct{}
 
-// claim is what the middleware puts in the message context while the handler runs: the
-// key, the transaction (nil in write-behind mode) and what the handler queued or published
-// for the commit. The handler may call Queue and Publisher.Publish from several goroutines.
-type claim struct {
+// scope is what the middleware puts in the message context while the handler runs: the
+// claimed key, the claim's transaction (nil in write-behind mode) and what the handler
+// queued or published for the commit. It ends when the handler returns. The handler may
+// call Queue and Publisher.Publish from several goroutines.
+type scope struct {
 	inbox *middleware
 	key   string
 	tx    Tx // nil in write-behind mode
@@ -22,18 +23,18 @@ type claim struct {
 	published []published // recorded by a Publisher, published after the commit
 }
 
-func withClaim(ctx context.Context, c *claim) context.Context {
-	return context.WithValue(ctx, claimCtxKey{}, c)
+func withScope(ctx context.Context, sc *scope) context.Context {
+	return context.WithValue(ctx, scopeCtxKey{}, sc)
 }
 
-func claimFrom(ctx context.Context) (*claim, bool) {
-	c, ok := ctx.Value(claimCtxKey{}).(*claim)
-	return c, ok
+func scopeFrom(ctx context.Context) (*scope, bool) {
+	sc, ok := ctx.Value(scopeCtxKey{}).(*scope)
+	return sc, ok
 }
 
-// end closes the claim to further queued statements and publishes, and returns what was
+// end closes the scope to further queued statements and publishes, and returns what was
 // recorded.
-func (c *claim) end() (queued []Statement, published []published) {
+func (c *scope) end() (queued []Statement, published []published) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ended = true
@@ -49,7 +50,7 @@ func (c *claim) end() (queued []Statement, published []published) {
 // runs before any transaction begins; it never panics. The transaction belongs to the
 // middleware: do not commit or roll it back in the handler.
 func TxFromContext[T any](ctx context.Context) (tx T, ok bool) {
-	c, found := claimFrom(ctx)
+	c, found := scopeFrom(ctx)
 	if !found || c.tx == nil {
 		return tx, false
 	}
@@ -61,7 +62,7 @@ func TxFromContext[T any](ctx context.Context) (tx T, ok bool) {
 // modes. Pass it on as an idempotency key to systems outside the database (payment
 // providers, email services), whose effects the inbox transaction cannot roll back.
 func KeyFromContext(ctx context.Context) (key string, ok bool) {
-	c, found := claimFrom(ctx)
+	c, found := scopeFrom(ctx)
 	if !found {
 		return "", false
 	}

@@ -22,10 +22,10 @@ type delivery struct {
 	span     trace.Span
 	outcome  string
 
-	handler, consumer, key string
-	fingerprint            []byte
-	attrs                  *measurementOptions
-	begun                  time.Time
+	handler string
+	claim   Claim // what the message is claimed as, once identify has succeeded
+	attrs   *measurementOptions
+	begun   time.Time
 }
 
 func (m *middleware) newDelivery(msg *message.Message) *delivery {
@@ -35,18 +35,13 @@ func (m *middleware) newDelivery(msg *message.Message) *delivery {
 	return d
 }
 
-// identify finds the consumer and the key, or the error that nacks the message.
+// identify decides the message's claim (see Config.claimOf), or the error that nacks it.
 func (d *delivery) identify() (err error) {
-	d.consumer, err = d.m.consumer(d.handler)
-	if err == nil {
-		d.key, err = d.m.key(d.msg)
-	}
-	if err != nil {
+	if d.claim, err = d.m.config.claimOf(d.msg, d.handler); err != nil {
 		d.fail("key")
 		return err
 	}
-	d.attrs = d.m.metrics.attrs(d.consumer, d.handler)
-	d.fingerprint = d.m.config.Fingerprint(d.msg)
+	d.attrs = d.m.metrics.attrs(d.claim.Consumer, d.handler)
 	return nil
 }
 
@@ -54,19 +49,19 @@ func (d *delivery) identify() (err error) {
 func (d *delivery) claimFirst(h message.HandlerFunc) ([]*message.Message, error) {
 	d.begun = time.Now()
 	ctx, span := d.m.tracer.Start(d.ctx, SpanClaim)
-	tx, prior, err := d.m.store.Claim(ctx, d.claim())
+	tx, prior, err := d.m.store.Claim(ctx, d.claim)
 	endSpan(span, err)
 	d.m.metrics.claimDuration.Record(d.ctx, seconds(d.begun), d.attrs.record...)
 	if err != nil {
 		d.fail("claim")
-		return nil, fmt.Errorf("inbox: claim key %q for consumer %q: %w", d.key, d.consumer, err)
+		return nil, fmt.Errorf("inbox: claim key %q for consumer %q: %w", d.claim.Key, d.claim.Consumer, err)
 	}
 	if prior != nil {
 		return d.duplicate(prior)
 	}
 
-	c := &claim{inbox: d.m, key: d.key, tx: tx}
-	returned, _, pubs, err := d.run(h, c, func() { _ = d.rollback(tx) })
+	sc := &scope{inbox: d.m, key: d.claim.Key, tx: tx}
+	returned, _, pubs, err := d.run(h, sc, func() { _ = d.rollback(tx) })
 	if err != nil {
 		if rbErr := d.rollback(tx); rbErr != nil {
 			err = errors.Join(err, rbErr)
@@ -90,8 +85,8 @@ func (d *delivery) claimFirst(h message.HandlerFunc) ([]*message.Message, error)
 // writeBehind runs the handler first, then claims, writes and commits in one step; a key
 // that is committed already discards what the handler did.
 func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error) {
-	c := &claim{inbox: d.m, key: d.key}
-	returned, queued, pubs, err := d.run(h, c, func() {})
+	sc := &scope{inbox: d.m, key: d.claim.Key}
+	returned, queued, pubs, err := d.run(h, sc, func() {})
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +98,7 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 	d.begun = time.Now()
 	var prior *Processed
 	err = d.commit(func(ctx context.Context) (err error) {
-		prior, err = claimAndCommit(ctx, d.m.store, d.claim(), queued, encoded)
+		prior, err = claimAndCommit(ctx, d.m.store, d.claim, queued, encoded)
 		return err
 	})
 	if err != nil {
@@ -115,21 +110,17 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 	return d.processed(returned, pubs)
 }
 
-func (d *delivery) claim() Claim {
-	return Claim{Consumer: d.consumer, Key: d.key, Fingerprint: d.fingerprint}
-}
-
-// run runs the handler with c in the message context and collects what it produced. A
+// run runs the handler with sc in the message context and collects what it produced. A
 // panic calls onPanic (which rolls back) and goes on.
-func (d *delivery) run(h message.HandlerFunc, c *claim, onPanic func()) (
+func (d *delivery) run(h message.HandlerFunc, sc *scope, onPanic func()) (
 	returned []*message.Message, queued []Statement, pubs []published, err error,
 ) {
 	ctx, span := d.m.tracer.Start(d.ctx, SpanHandler)
-	d.msg.SetContext(withClaim(ctx, c))
-	defer d.msg.SetContext(d.original) // the claim ends here; nothing after us may reach it
+	d.msg.SetContext(withScope(ctx, sc))
+	defer d.msg.SetContext(d.original) // the scope ends here; nothing after us may reach it
 	defer func() {
 		if recovered := recover(); recovered != nil {
-			c.end()
+			sc.end()
 			onPanic()
 			d.rolledBack()
 			endSpan(span, fmt.Errorf("panic: %v", recovered))
@@ -137,7 +128,7 @@ func (d *delivery) run(h message.HandlerFunc, c *claim, onPanic func()) (
 		}
 	}()
 	returned, err = h(d.msg)
-	queued, pubs = c.end()
+	queued, pubs = sc.end()
 	endSpan(span, err)
 	if err != nil {
 		d.rolledBack()
@@ -150,9 +141,9 @@ func (d *delivery) run(h message.HandlerFunc, c *claim, onPanic func()) (
 // handler run produced, unless its payload differs and the policy rejects that.
 func (d *delivery) duplicate(prior *Processed) ([]*message.Message, error) {
 	d.outcome = "duplicate"
-	if d.fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(d.fingerprint, prior.Fingerprint) {
+	if d.claim.Fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(d.claim.Fingerprint, prior.Fingerprint) {
 		d.m.metrics.mismatches.Add(d.ctx, 1, d.attrs.add...)
-		mismatch := &FingerprintMismatchError{Consumer: d.consumer, Key: d.key, Stored: prior.Fingerprint, Received: d.fingerprint}
+		mismatch := &FingerprintMismatchError{Consumer: d.claim.Consumer, Key: d.claim.Key, Stored: prior.Fingerprint, Received: d.claim.Fingerprint}
 		if d.m.config.OnFingerprintMismatch == RejectMismatch {
 			return nil, mismatch
 		}
@@ -198,7 +189,7 @@ func (d *delivery) publish(pubs []published) error {
 	p := d.m.publisher.Load()
 	if p == nil {
 		d.fail("publish")
-		return fmt.Errorf("%w: %d recorded message(s) of key %q for consumer %q", ErrNoPublisher, len(pubs), d.key, d.consumer)
+		return fmt.Errorf("%w: %d recorded message(s) of key %q for consumer %q", ErrNoPublisher, len(pubs), d.claim.Key, d.claim.Consumer)
 	}
 	ctx, span := d.m.tracer.Start(d.ctx, SpanPublish)
 	for _, pub := range pubs {
@@ -208,7 +199,7 @@ func (d *delivery) publish(pubs []published) error {
 	endSpan(span, err)
 	if err != nil {
 		d.fail("publish")
-		return fmt.Errorf("%w (key %q, consumer %q; the redelivery publishes them again)", err, d.key, d.consumer)
+		return fmt.Errorf("%w (key %q, consumer %q; the redelivery publishes them again)", err, d.claim.Key, d.claim.Consumer)
 	}
 	return nil
 }
@@ -222,7 +213,7 @@ func (d *delivery) commit(end func(context.Context) error) error {
 	endSpan(span, err)
 	if err != nil {
 		d.fail("commit")
-		return fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", d.key, d.consumer, err)
+		return fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", d.claim.Key, d.claim.Consumer, err)
 	}
 	return nil
 }
@@ -246,11 +237,11 @@ func (d *delivery) rolledBack() {
 
 func (d *delivery) fail(stage string) {
 	d.outcome = "failed"
-	d.m.metrics.fail(d.ctx, d.consumer, d.handler, stage)
+	d.m.metrics.fail(d.ctx, d.claim.Consumer, d.handler, stage)
 }
 
 // fields are the log fields of the delivery, built only when something is logged.
 func (d *delivery) fields() watermill.LogFields {
-	return watermill.LogFields{"consumer": d.consumer, "handler_name": d.handler, "message_uuid": d.msg.UUID,
-		"idempotency_key": d.key}
+	return watermill.LogFields{"consumer": d.claim.Consumer, "handler_name": d.handler, "message_uuid": d.msg.UUID,
+		"idempotency_key": d.claim.Key}
 }

@@ -3,9 +3,81 @@ package inbox
 import (
 	"crypto/sha256"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
+
+// claimOf decides what the message is claimed as: its consumer (Config.Consumer, or else
+// the router handler's name, mapped by ConsumerFromHandler), its key (Config.Key, checked
+// against what every dialect can store) and its fingerprint. An error nacks the message.
+func (c Config) claimOf(msg *message.Message, handler string) (Claim, error) {
+	consumer, err := c.consumer(handler)
+	if err != nil {
+		return Claim{}, err
+	}
+	key, err := c.key(msg)
+	if err != nil {
+		return Claim{}, err
+	}
+	return Claim{Consumer: consumer, Key: key, Fingerprint: c.Fingerprint(msg)}, nil
+}
+
+func (c Config) consumer(handler string) (string, error) {
+	if c.Consumer != "" {
+		return c.Consumer, nil
+	}
+	name := handler
+	if c.ConsumerFromHandler != nil && handler != "" {
+		name = c.ConsumerFromHandler(handler)
+	}
+	if name == "" {
+		return "", ErrNoConsumer
+	}
+	if err := validateConsumer(name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func (c Config) key(msg *message.Message) (string, error) {
+	key, err := c.Key(msg)
+	if err != nil {
+		return "", fmt.Errorf("inbox: key function for message %q: %w", msg.UUID, err)
+	}
+	if key == "" {
+		return "", fmt.Errorf("%w (message uuid %q)", ErrEmptyKey, msg.UUID)
+	}
+	if len(key) > MaxKeyLength {
+		return "", fmt.Errorf("%w: %d bytes, the limit is %d", ErrKeyTooLong, len(key), MaxKeyLength)
+	}
+	if reason := invalidText(key); reason != "" {
+		return "", fmt.Errorf("%w: %s", ErrInvalidKey, reason)
+	}
+	return key, nil
+}
+
+func validateConsumer(name string) error {
+	if len(name) > MaxConsumerLength {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidConsumer, len(name), MaxConsumerLength)
+	}
+	if reason := invalidText(name); reason != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidConsumer, reason)
+	}
+	return nil
+}
+
+// invalidText says why s cannot be stored as a key column value on every dialect, or "".
+func invalidText(s string) string {
+	if !utf8.ValidString(s) {
+		return "not valid UTF-8"
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return "contains a NUL byte"
+	}
+	return ""
+}
 
 // UUIDKey is the default key function: the message's UUID, set once by its producer.
 func UUIDKey(msg *message.Message) (string, error) { return msg.UUID, nil }

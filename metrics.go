@@ -14,6 +14,7 @@ import (
 // measurement carries the attributes "consumer" and "handler" (the router handler's name,
 // "" outside a router); inbox.messages.failed carries "stage" too.
 const (
+	// MeterName names the middleware's meter and its tracer (see SpanMessage).
 	MeterName = "github.com/inboxkit/watermill-inbox"
 
 	// MetricProcessed counts messages whose handler ran and whose transaction committed.

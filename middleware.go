@@ -3,10 +3,8 @@ package inbox
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -156,7 +154,7 @@ func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (
 		return nil, err
 	}
 	m := &middleware{store: store, config: config, logger: logger, metrics: metrics,
-		tracer: config.TracerProvider.Tracer(InstrumentationName)}
+		tracer: config.TracerProvider.Tracer(MeterName)}
 	if config.Publisher != nil {
 		if err := m.usePublisher(config.Publisher); err != nil {
 			return nil, err
@@ -212,60 +210,4 @@ func (m *middleware) usePublisher(p *Publisher) error {
 	}
 	return fmt.Errorf("%w: this inbox publishes through another Publisher; share one between your buses",
 		ErrPublisherMismatch)
-}
-
-// consumer is Config.Consumer, or else the name of the router handler.
-func (m *middleware) consumer(handler string) (string, error) {
-	if m.config.Consumer != "" {
-		return m.config.Consumer, nil
-	}
-	name := handler
-	if m.config.ConsumerFromHandler != nil && handler != "" {
-		name = m.config.ConsumerFromHandler(handler)
-	}
-	if name == "" {
-		return "", ErrNoConsumer
-	}
-	if err := validateConsumer(name); err != nil {
-		return "", err
-	}
-	return name, nil
-}
-
-func (m *middleware) key(msg *message.Message) (string, error) {
-	key, err := m.config.Key(msg)
-	if err != nil {
-		return "", fmt.Errorf("inbox: key function for message %q: %w", msg.UUID, err)
-	}
-	if key == "" {
-		return "", fmt.Errorf("%w (message uuid %q)", ErrEmptyKey, msg.UUID)
-	}
-	if len(key) > MaxKeyLength {
-		return "", fmt.Errorf("%w: %d bytes, the limit is %d", ErrKeyTooLong, len(key), MaxKeyLength)
-	}
-	if reason := invalidText(key); reason != "" {
-		return "", fmt.Errorf("%w: %s", ErrInvalidKey, reason)
-	}
-	return key, nil
-}
-
-func validateConsumer(name string) error {
-	if len(name) > MaxConsumerLength {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidConsumer, len(name), MaxConsumerLength)
-	}
-	if reason := invalidText(name); reason != "" {
-		return fmt.Errorf("%w: %s", ErrInvalidConsumer, reason)
-	}
-	return nil
-}
-
-// invalidText says why s cannot be stored as a key column value on every dialect, or "".
-func invalidText(s string) string {
-	if !utf8.ValidString(s) {
-		return "not valid UTF-8"
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		return "contains a NUL byte"
-	}
-	return ""
 }

@@ -19,8 +19,7 @@ import (
 //
 // Either way they keep their original UUIDs, so consumers downstream deduplicate them.
 
-// producedRecord is the stored form. v lets a later version change it; version 2 records,
-// which had no published messages, are still read.
+// producedRecord is the stored form. v lets a later version change it.
 type producedRecord struct {
 	Version   int                `json:"v"`
 	Messages  []producedMessage  `json:"messages,omitempty"`
@@ -47,10 +46,7 @@ type published struct {
 	msg   *message.Message
 }
 
-const (
-	producedVersion       = 3
-	producedVersionNoPubs = 2
-)
+const producedVersion = 3
 
 // encodeProduced returns nil when there is nothing to record.
 func encodeProduced(returned []*message.Message, pubs []published) ([]byte, error) {
@@ -87,9 +83,9 @@ func decodeProduced(encoded []byte) (returned []*message.Message, pubs []publish
 	if err := json.Unmarshal(encoded, &record); err != nil {
 		return nil, nil, fmt.Errorf("inbox: decode recorded produced messages: %w", err)
 	}
-	if record.Version != producedVersion && record.Version != producedVersionNoPubs {
-		return nil, nil, fmt.Errorf("inbox: recorded produced messages have version %d, this version reads %d and %d",
-			record.Version, producedVersionNoPubs, producedVersion)
+	if record.Version != producedVersion {
+		return nil, nil, fmt.Errorf("inbox: recorded produced messages have version %d, this version reads %d",
+			record.Version, producedVersion)
 	}
 	for _, m := range record.Messages {
 		returned = append(returned, decodeMessage(m))

@@ -57,9 +57,9 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if len(messages) == 0 {
 		return nil
 	}
-	c, inClaim := claimFrom(messages[0].Context())
+	c, inClaim := scopeFrom(messages[0].Context())
 	for _, msg := range messages[1:] {
-		if other, ok := claimFrom(msg.Context()); ok != inClaim || other != c {
+		if other, ok := scopeFrom(msg.Context()); ok != inClaim || other != c {
 			return errors.New("inbox: messages of one Publish call carry different inbox claims; publish them separately")
 		}
 	}

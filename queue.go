@@ -35,7 +35,7 @@ type StatementQueuer interface {
 // an error once the handler has returned. Use TxFromContext instead for statements whose
 // results the handler needs.
 func Queue(ctx context.Context, sql string, args ...any) error {
-	c, ok := claimFrom(ctx)
+	c, ok := scopeFrom(ctx)
 	if !ok {
 		return ErrNoInboxTx
 	}

@@ -6,15 +6,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The OpenTelemetry spans the middleware starts, from the tracer named InstrumentationName.
+// The OpenTelemetry spans the middleware starts, from the tracer named MeterName.
 // SpanMessage is a child of the span in the message's context (if any) and the parent of the
 // others; it carries the attributes "consumer", "handler", "messaging.message.id",
 // "inbox.key" and "inbox.outcome" ("processed", "duplicate", "rolled_back" or "failed").
 // A span whose step failed has status Error and the error recorded as an event.
 const (
-	// InstrumentationName names the middleware's tracer and meter.
-	InstrumentationName = MeterName
-
 	// SpanMessage covers the whole message in the middleware.
 	SpanMessage = "inbox.message"
 	// SpanClaim covers BEGIN and the claim (claim-first mode).
@@ -38,10 +35,10 @@ func (d *delivery) end(err error) {
 		d.outcome = "failed"
 	}
 	d.span.SetAttributes(
-		attribute.String("consumer", d.consumer),
+		attribute.String("consumer", d.claim.Consumer),
 		attribute.String("handler", d.handler),
 		attribute.String("messaging.message.id", d.msg.UUID),
-		attribute.String("inbox.key", d.key),
+		attribute.String("inbox.key", d.claim.Key),
 		attribute.String("inbox.outcome", d.outcome),
 	)
 	endSpan(d.span, err)

@@ -113,7 +113,7 @@ func checkClaimsWith(t *testing.T, store inbox.Store, enough bool) {
 	claim := inbox.Claim{Consumer: "billing", Key: testenv.Name("order"), Fingerprint: []byte{1}}
 	tx, prior, err := store.Claim(ctx, claim)
 	if err == nil && prior == nil {
-		err = tx.Commit(ctx, []byte(`{"v":2,"messages":[]}`))
+		err = tx.Commit(ctx, []byte(`{"v":3,"messages":[]}`))
 	}
 	if !enough {
 		if err == nil {
