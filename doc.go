@@ -2,6 +2,31 @@
 // delivered twice (broker redelivery, consumer timeout, an outbox relay restarting) has the
 // same durable effect as one delivered once.
 //
+// The picture in one minute: add the middleware NewMiddleware returns to a router, with a
+// store from package sqlinbox (PostgreSQL, MySQL/MariaDB, SQLite). For every message it
+// begins a transaction and inserts (consumer, message UUID) into an inbox table whose primary
+// key is that pair. The handler writes its business rows through the same transaction
+// (TxFromContext) and returns; the middleware commits, then the router acks. An error or a
+// panic rolls back, releasing the claim, and the router nacks, so the redelivery runs the
+// handler again. A copy whose key is committed already is acked without running the handler:
+//
+//	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{})
+//	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{}, logger)
+//	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
+//		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
+//
+//	func createInvoice(msg *message.Message) error {
+//		tx, ok := inbox.TxFromContext[pgx.Tx](msg.Context())
+//		if !ok {
+//			return errors.New("no inbox transaction")
+//		}
+//		_, err := tx.Exec(msg.Context(), "INSERT INTO invoices (order_id) VALUES ($1)", string(msg.Payload))
+//		return err
+//	}
+//
+// The Example below runs this path against PostgreSQL. The README has a complete program,
+// and docs/ in the repository has the guarantees, each with its test.
+//
 // # The pattern
 //
 // NewMiddleware returns a router middleware. For every message it begins a database
@@ -77,8 +102,9 @@
 // # Middleware order
 //
 // Add the inbox inside middleware.Retry and middleware.PoisonQueue, with Recoverer between
-// Retry and the inbox, and middleware.Timeout inside the inbox:
+// Retry and the inbox, and middleware.Timeout inside the inbox, as above:
 //
+//	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
 //	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
 //		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
 //

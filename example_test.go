@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -15,15 +18,23 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// Adding the inbox to a router on PostgreSQL through pgx. The runnable programs, with
-// output that is checked, are in the examples module (go run ./examples/quickstart).
-func ExampleNewMiddleware() {
+// The main path: a router with the recommended middleware stack, the pgx store on
+// PostgreSQL and a Go channel as the broker. One order arrives three times, as an
+// at-least-once broker may deliver it; it is invoiced once.
+func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	pool, err := pgxpool.New(ctx, examplePostgresURL())
 	if err != nil {
 		panic(err)
 	}
-	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{}) // table "inbox"
+	defer pool.Close()
+	// Random table names, so that runs at the same time do not meet; dropped at the end.
+	inboxTable, invoices := exampleName("inbox"), exampleName("invoices")
+	defer pool.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+inboxTable+", "+invoices)
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+invoices+" (id bigserial PRIMARY KEY, order_id text NOT NULL)"); err != nil {
+		panic(err)
+	}
+	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: inboxTable})
 	if err != nil {
 		panic(err)
 	}
@@ -31,8 +42,14 @@ func ExampleNewMiddleware() {
 		panic(err)
 	}
 
-	logger := watermill.NewStdLogger(false, false)
+	logger := watermill.NopLogger{}
+	// Publish returns once the message is acked, which makes the output deterministic.
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
 	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{}, logger)
+	if err != nil {
+		panic(err)
+	}
+	poisonQueue, err := middleware.PoisonQueue(pubSub, "orders_poison")
 	if err != nil {
 		panic(err)
 	}
@@ -40,11 +57,42 @@ func ExampleNewMiddleware() {
 	if err != nil {
 		panic(err)
 	}
-	retry := middleware.Retry{MaxRetries: 3}
-	router.AddMiddleware(retry.Middleware, inboxMiddleware) // the inbox innermost
+	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	router.AddMiddleware(
+		poisonQueue,                        // outermost: takes what every retry failed
+		retry.Middleware,                   // each attempt claims in a fresh transaction
+		middleware.Recoverer,               // a panic becomes an error that Retry retries
+		inboxMiddleware,                    // claim; handler; commit or roll back
+		middleware.Timeout(10*time.Second), // bounds the handler, inside the inbox
+		middleware.CorrelationID,           // stamps returned messages before the inbox records them
+	)
+	runs := 0
+	router.AddConsumerHandler("billing", "orders", pubSub, func(msg *message.Message) error {
+		ctx := msg.Context()
+		tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
+		if !ok {
+			return errors.New("no inbox transaction")
+		}
+		runs++
+		_, err := tx.Exec(ctx, "INSERT INTO "+invoices+" (order_id) VALUES ($1)", string(msg.Payload))
+		return err
+	})
+	go func() { _ = router.Run(ctx) }()
+	defer router.Close()
+	<-router.Running()
 
-	// router.AddConsumerHandler("billing", "orders", subscriber, createInvoice)
-	_ = router
+	order := message.NewMessage(watermill.NewUUID(), []byte("order-1"))
+	for range 3 { // the same message, UUID included, three times
+		if err := pubSub.Publish("orders", order.Copy()); err != nil {
+			panic(err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+invoices).Scan(&n); err != nil {
+		panic(err)
+	}
+	fmt.Printf("deliveries: 3, handler runs: %d, invoices: %d\n", runs, n)
+	// Output: deliveries: 3, handler runs: 1, invoices: 1
 }
 
 // A handler reads the inbox transaction in its driver's type and writes through it.

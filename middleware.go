@@ -134,8 +134,9 @@ func (c Config) validate() error {
 // middleware.PoisonQueue and middleware.Recoverer, and outside middleware.Timeout, whose
 // cancelled context the inbox keeps from reaching the middleware after it:
 //
+//	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
 //	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
-//		inboxMiddleware, middleware.Timeout(d), middleware.CorrelationID)
+//		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
 //
 // A nil logger logs nothing.
 func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {

@@ -14,7 +14,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// The README states the privileges the claims need; these tests log in as a role holding
+// docs/operating.md states the privileges the claims need; these tests log in as a role holding
 // exactly those grants (and one grant fewer) and claim a key twice.
 
 func TestPostgresPrivileges(t *testing.T) {
@@ -117,7 +117,7 @@ func checkClaimsWith(t *testing.T, store inbox.Store, enough bool) {
 	}
 	if !enough {
 		if err == nil {
-			t.Fatal("claim and commit succeeded without the privileges the README lists")
+			t.Fatal("claim and commit succeeded without the privileges docs/operating.md lists")
 		}
 		return
 	}

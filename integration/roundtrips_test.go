@@ -31,7 +31,7 @@ func (c countingConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// The round trips the README promises on pgx: a first delivery costs the claim's batch, the
+// The round trips docs/write-behind.md promises on pgx: a first delivery costs the claim's batch, the
 // handler's statement and COMMIT; with inbox.Queue, the claim's batch and the commit's; a
 // duplicate, the claim's batch and the ROLLBACK. In write-behind mode a first delivery costs
 // one batch, and a duplicate that batch and one with ROLLBACK and the read of the record.

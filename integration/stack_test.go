@@ -485,7 +485,7 @@ func TestRecommendedMiddlewareStackOnRabbitMQ(t *testing.T) {
 // cancelled context: Retry's next attempt (Watermill's default Retry), whose claim then fails
 // at once, and PoisonQueue, whose publish watermill-amqp makes with the message's context, so
 // it fails and the router nacks: the pill comes back for ever instead of being poisoned.
-// These tests assert those failures; the README cites them.
+// These tests assert those failures; docs/middleware-order.md cites them.
 func TestTimeoutOutsideTheInbox(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -569,7 +569,7 @@ func TestPoolSmallerThanMessagesInFlight(t *testing.T) {
 // the handler runs and keeps it when the handler fails. Every order's first run fails and
 // RabbitMQ redelivers it. Outside the inbox, the redelivery is acked as a duplicate with
 // nothing claimed; inside, the inbox commits a claim for a handler that never succeeded.
-// Either way every order is lost; these tests assert the loss the README documents.
+// Either way every order is lost; these tests assert the loss docs/middleware-order.md documents.
 func TestDeduplicatorWithTheInboxLosesMessages(t *testing.T) {
 	for _, c := range []struct {
 		name       string

@@ -1,11 +1,21 @@
-// Package sqlinbox implements inbox.Store on SQL databases.
+// Package sqlinbox holds the stores the inbox middleware claims messages in: an inbox table
+// on PostgreSQL, MySQL/MariaDB or SQLite, whose primary key (consumer, message_id) is the
+// only duplicate check. Build one and hand it to inbox.NewMiddleware:
 //
-// Two adapters run the SQL: PgxStore for PostgreSQL through pgx v5 (handlers get a pgx.Tx),
-// and SQLStore for any database/sql driver (handlers get a *sql.Tx). A Dialect holds all the
-// SQL of one database, the DDL included: Postgres, MySQL (MySQL and MariaDB) and SQLite, each
-// in a file of its own. SchemaSQL returns the DDL for teams that run their own migrations.
-// Dialect's fields are exported, so a dialect can be written outside this package; the
-// conformance suite in package inboxtest checks a store built on it.
+//	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{})             // PostgreSQL, pgx: handlers get a pgx.Tx
+//	store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{})   // database/sql: handlers get a *sql.Tx
+//	err = store.InitializeSchema(ctx)                                  // CREATE TABLE IF NOT EXISTS inbox ...
+//
+// Each message's claim, the handler's writes and COMMIT then run in one transaction of the
+// store's pool; a claim that finds its key committed is a duplicate, acked without the
+// handler.
+//
+// Two adapters run the SQL: PgxStore for PostgreSQL through pgx v5, and SQLStore for any
+// database/sql driver. A Dialect holds all the SQL of one database, the DDL included:
+// Postgres, MySQL (MySQL and MariaDB) and SQLite, each in a file of its own. SchemaSQL
+// returns the DDL for teams that run their own migrations. Dialect's fields are exported, so
+// a dialect can be written outside this package; the conformance suite in package inboxtest
+// checks a store built on it.
 //
 // # Drivers and settings
 //

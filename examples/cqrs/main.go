@@ -8,6 +8,10 @@
 // All events share one topic: Config.Skip keeps each event handler from claiming the types
 // it does not handle.
 //
+// The program sends every message 1-3 times, fails the first run of some IssueInvoice
+// handlers after they published and some publishes of InvoiceIssued, then prints a verdict
+// and exits non-zero unless every command had exactly one effect.
+//
 //	go run ./examples/cqrs [-amqp URL] [-postgres URL] [-orders N]
 package main
 
@@ -17,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -111,6 +116,8 @@ type App struct {
 	Topics     Topics
 	// Store is the inbox's store.
 	Store *sqlinbox.PgxStore
+	// Poisoned holds the messages the poison queue took.
+	Poisoned *demo.Held
 
 	opts Options
 	mu   sync.Mutex
@@ -203,7 +210,14 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 	if o.NoSkip {
 		config.Skip = nil
 	}
-	inboxMW, err := inbox.NewMiddleware(store, config, logger)
+	inboxMiddleware, err := inbox.NewMiddleware(store, config, logger)
+	if err != nil {
+		return nil, err
+	}
+	// Poisoned messages are held in memory, so that a run leaves nothing on RabbitMQ; a
+	// poisoned message fails the run's verdict.
+	a.Poisoned = &demo.Held{}
+	poisonQueue, err := middleware.PoisonQueue(a.Poisoned, o.Prefix+".poison")
 	if err != nil {
 		return nil, err
 	}
@@ -211,9 +225,15 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 	if a.Router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger); err != nil {
 		return nil, err
 	}
-	retry := middleware.Retry{MaxRetries: 1, InitialInterval: 10 * time.Millisecond}
-	// The README's order (without PoisonQueue and Timeout, which this program does not need).
-	a.Router.AddMiddleware(retry.Middleware, middleware.Recoverer, inboxMW)
+	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	a.Router.AddMiddleware(
+		poisonQueue,                        // outermost: takes what every retry failed
+		retry.Middleware,                   // each attempt claims in a fresh transaction
+		middleware.Recoverer,               // a panic becomes an error that Retry retries
+		inboxMiddleware,                    // claim; handler; commit or roll back
+		middleware.Timeout(10*time.Second), // bounds the handler, inside the inbox
+		middleware.CorrelationID,           // stamps returned messages before the inbox records them
+	)
 
 	subscriber := func(handlerName string) (message.Subscriber, error) {
 		sub, err := amqp.NewSubscriber(amqp.NewDurablePubSubConfig(o.AMQPURL,
@@ -300,6 +320,30 @@ func (a *App) DeleteTopology() error {
 	return errors.Join(errs...)
 }
 
+// QueuesEmpty reports whether no queue of the App has a message ready for a consumer.
+func (a *App) QueuesEmpty() (bool, error) {
+	conn, err := amqp091.Dial(a.opts.AMQPURL)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, err
+	}
+	defer ch.Close()
+	for _, q := range a.Queues() {
+		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			return false, fmt.Errorf("inspect queue %s: %w", q, err)
+		}
+		if info.Messages > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // DropTables drops the App's tables.
 func (a *App) DropTables(ctx context.Context) error {
 	var errs []error
@@ -376,19 +420,25 @@ func (a *App) Count(ctx context.Context, table, orderID string) (n int, err erro
 	return n, err
 }
 
-// run invoices orders, every fifth failing once after publishing, and ships every other
-// one, then prints what the tables hold.
+// run invoices orders the way an at-least-once broker and a flaky network treat them: every
+// message is sent 1-3 times (copies under one UUID), the IssueInvoice handler of every fifth
+// order fails after it published, on its first run, and some publishes of InvoiceIssued
+// fail. Every other order is shipped too. It then prints what the tables hold and a verdict,
+// and returns an error unless every command had exactly one effect.
 func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Writer) error {
 	pool, err := pgxpool.New(ctx, postgres)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	broker := &copyingBroker{failEvery: 4, failures: orders / 10}
 	app, err := NewApp(ctx, Options{AMQPURL: amqpURL, Pool: pool,
+		WrapPublisher:    func(p message.Publisher) message.Publisher { broker.Publisher = p; return broker },
 		FailAfterPublish: func(orderID string, run int) bool { return run == 1 && strings.HasSuffix(orderID, "5") }})
 	if err != nil {
 		return err
 	}
+	broker.failTopic = app.Topics.Events
 	defer func() {
 		_ = app.DropTables(context.WithoutCancel(ctx))
 		_ = app.DeleteTopology()
@@ -410,13 +460,18 @@ func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Write
 			}
 		}
 	}
+	// Every receipt e-mailed and no message left waiting in a queue: the copies are through.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		emails, err := app.Count(ctx, app.Tables.Emails, "")
 		if err != nil {
 			return err
 		}
-		if emails >= orders {
+		empty, err := app.QueuesEmpty()
+		if err != nil {
+			return err
+		}
+		if emails >= orders && empty {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -424,7 +479,7 @@ func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Write
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := app.Router.Close(); err != nil {
+	if err := app.Router.Close(); err != nil { // waits for the handlers still running
 		return err
 	}
 	if err := <-done; err != nil {
@@ -437,5 +492,78 @@ func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Write
 		}
 		fmt.Fprintf(out, "%-40s %d rows\n", table, n)
 	}
+
+	// The verdict: one invoice, one receipt and one e-mail per order, nothing poisoned.
+	var wrong []string
+	for i := range orders {
+		order := fmt.Sprintf("order-%04d", i)
+		for _, table := range []string{app.Tables.Invoices, app.Tables.Receipts, app.Tables.Emails} {
+			n, err := app.Count(ctx, table, order)
+			if err != nil {
+				return err
+			}
+			if n != 1 {
+				wrong = append(wrong, fmt.Sprintf("%s: %d rows in %s", order, n, table))
+			}
+		}
+	}
+	if n := app.Poisoned.Count(); n > 0 {
+		wrong = append(wrong, fmt.Sprintf("%d messages poisoned", n))
+	}
+	app.mu.Lock()
+	failedRuns := 0
+	for _, runs := range app.runs {
+		failedRuns += runs - 1
+	}
+	app.mu.Unlock()
+	sent, copies, failed := broker.counts()
+	faults := fmt.Sprintf("%d messages sent %d times, %d IssueInvoice runs failed after publishing, %d publishes failed",
+		sent, sent+copies, failedRuns, failed)
+	if len(wrong) > 0 {
+		return fmt.Errorf("not one effect per command (%s): %s", faults, strings.Join(wrong, "; "))
+	}
+	fmt.Fprintf(out, "verdict: every command had exactly one effect (%d orders; %s)\n", orders, faults)
 	return nil
+}
+
+// copyingBroker is the publisher the inbox.Publisher publishes through, made to act as an
+// at-least-once broker and a flaky network: every message it accepts is sent 1-3 times, and
+// while failures last, every failEvery-th publish of InvoiceIssued to failTopic fails with
+// nothing sent.
+type copyingBroker struct {
+	message.Publisher
+	failTopic string
+	failEvery int
+
+	mu                            sync.Mutex
+	calls, failures               int
+	sent, copies, failedPublishes int
+}
+
+func (b *copyingBroker) Publish(topic string, msgs ...*message.Message) error {
+	b.mu.Lock()
+	b.calls++
+	if topic == b.failTopic && Marshaler.NameFromMessage(msgs[0]) == Marshaler.Name(&InvoiceIssued{}) &&
+		b.failures > 0 && b.calls%b.failEvery == 0 {
+		b.failures--
+		b.failedPublishes++
+		b.mu.Unlock()
+		return errors.New("connection reset by peer")
+	}
+	copies := rand.IntN(3)
+	b.sent += len(msgs)
+	b.copies += copies * len(msgs)
+	b.mu.Unlock()
+	for range 1 + copies {
+		if err := b.Publisher.Publish(topic, msgs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *copyingBroker) counts() (sent, copies, failed int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sent, b.copies, b.failedPublishes
 }

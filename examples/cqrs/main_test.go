@@ -293,8 +293,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // TestCQRS: 60 orders through IssueInvoice -> InvoiceIssued -> Receipts -> SendReceipt on
 // RabbitMQ, every message sent 1-3 times; IssueInvoice fails after publishing on the first
-// run of every third order and on the first two runs of every fifth (Retry runs it once
-// more, then RabbitMQ redelivers); the broker fails a third of the event publishes for a
+// run of every third order and on the first two runs of every fifth (Retry runs it again in a
+// fresh transaction); the broker fails a third of the event publishes for a
 // while; and the acks of some deliveries are dropped. OrderShipped events share the events
 // topic. Then: one invoice, one receipt and one e-mail per order; every order's
 // InvoiceIssued and SendReceipt each under one UUID, whatever was redelivered; the receipt

@@ -19,11 +19,15 @@ import (
 // JetStream redelivers, and the messages whose acks are dropped are redelivered by
 // JetStream once their ack wait runs out.
 //
-// The subscribers are not restarted mid-run: watermill-nats v2.1.3's jetstream package
-// closes its output channel while a consumer callback may still send on it
-// (consumer.go:158 against message_handler.go:52), which -race reports when a subscriber
-// closes during traffic. The ack timeout is the redelivery a dead consumer gets anyway, and
-// the router closes only once every order is in and the redeliveries are done.
+// watermill-nats v2.1.3's jetstream subscriber closes its output channel (consumer.go:158,
+// in monitor) without waiting for the consumer callbacks that send on it
+// (message_handler.go:52, in handleMsg): a message that arrives while a subscriber closes
+// is a send racing the close, which -race reports (and which could panic). So no
+// subscriber closes while JetStream may still deliver: the subscribers are not restarted
+// mid-run (the ack timeout is the redelivery a dead consumer gets anyway), and the router
+// closes only once the durable consumer has nothing pending and nothing awaiting an ack.
+// Without that wait, extra copies of committed orders, and redeliveries of deliveries that
+// outlived the 2 s ack wait on a loaded machine, could arrive during the close.
 func TestNATSJetStream(t *testing.T) {
 	natsURL := testenv.NATSURL(t)
 	pool := e2e.Pool(t)
@@ -67,5 +71,16 @@ func TestNATSJetStream(t *testing.T) {
 		Workers:   3,
 		Crashes:   2,
 		NoRestart: true,
+		Drained: func(t *testing.T) bool {
+			consumer, err := js.Consumer(t.Context(), stream, "billing")
+			if err != nil {
+				t.Fatalf("durable consumer: %v", err)
+			}
+			info, err := consumer.Info(t.Context())
+			if err != nil {
+				t.Fatalf("durable consumer info: %v", err)
+			}
+			return info.NumPending == 0 && info.NumAckPending == 0
+		},
 	})
 }

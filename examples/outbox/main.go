@@ -25,6 +25,7 @@ import (
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -169,8 +170,8 @@ func NewSystem() (*System, error) {
 	}, nil
 }
 
-// Build creates the tables and the router. wrap, if not nil, decorates the billing handler;
-// outer middlewares run outside the inbox.
+// Build creates the tables and the router with the recommended middleware stack. wrap, if not
+// nil, decorates the billing handler; outer middlewares run outside the whole stack.
 func (s *System) Build(ctx context.Context, pool *pgxpool.Pool, wrap func(func(*message.Message) error) func(*message.Message) error, outer ...message.HandlerMiddleware) error {
 	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: s.InboxTable})
 	if err != nil {
@@ -204,9 +205,23 @@ func (s *System) Build(ctx context.Context, pool *pgxpool.Pool, wrap func(func(*
 	if wrap != nil {
 		handle = wrap(handle)
 	}
-	// AddConsumerHandler: no router publisher; the outbox is the only way out.
-	s.Router.AddConsumerHandler("billing", billing.Topic, s.Orders, handle).
-		AddMiddleware(append(outer, inboxMiddleware)...)
+	poisonQueue, err := middleware.PoisonQueue(s.Orders, billing.Topic+"_poison")
+	if err != nil {
+		return err
+	}
+	// AddConsumerHandler: no router publisher; the outbox is the only way out. The stack is
+	// the billing handler's alone: the forwarder's handler on this router needs no inbox.
+	handler := s.Router.AddConsumerHandler("billing", billing.Topic, s.Orders, handle)
+	handler.AddMiddleware(outer...) // not part of the stack: what a test observes, outermost
+	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	handler.AddMiddleware(
+		poisonQueue,                        // outermost: takes what every retry failed
+		retry.Middleware,                   // each attempt claims in a fresh transaction
+		middleware.Recoverer,               // a panic becomes an error that Retry retries
+		inboxMiddleware,                    // claim; handler; commit or roll back
+		middleware.Timeout(10*time.Second), // bounds the handler, inside the inbox
+		middleware.CorrelationID,           // stamps returned messages before the inbox records them
+	)
 	_, err = forwarder.NewForwarder(fwdSubscriber, s.Events, watermill.NopLogger{}, forwarder.Config{
 		ForwarderTopic: s.Outbox.Topic,
 		Router:         s.Router,

@@ -149,7 +149,8 @@ func TestOutbox(t *testing.T) {
 		allCommitted.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
 }
 
-// handlerRun is one delivery of an order to the router handler.
+// handlerRun is one run of the router handler for an order; Retry may make several of one
+// delivery.
 type handlerRun struct {
 	orderID string
 	ran     bool     // the handler ran (inside the inbox transaction)
@@ -188,30 +189,38 @@ func newProbe(outboxTable string) *probe {
 
 type runCtxKey struct{}
 
-// observe is the outermost middleware: it classifies every delivery once the inbox is done.
+// deliveryRuns collects the handler runs of one delivery: Retry, inside observe, runs the
+// handler again after a failure, each time in a fresh inbox transaction.
+type deliveryRuns struct{ runs []*handlerRun }
+
+// observe is the outermost middleware: it classifies every run of a delivery once the whole
+// stack is done. A run that failed rolled back; a run that succeeded but was followed by
+// another attempt, or after which the stack failed, had a commit error and may have been
+// durable; the last run, if it succeeded and the stack did too, committed.
 func (p *probe) observe(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		r := &handlerRun{}
+		d := &deliveryRuns{}
 		ctx := msg.Context()
-		msg.SetContext(context.WithValue(ctx, runCtxKey{}, r))
+		msg.SetContext(context.WithValue(ctx, runCtxKey{}, d))
 		out, err := h(msg)
 		msg.SetContext(ctx)
 
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.deliveries++
-		switch {
-		case !r.ran && err == nil:
-			r.outcome = skipped
+		if len(d.runs) == 0 && err == nil {
 			p.skipped++
-		case !r.ran:
-			r.outcome = notClaimed
-		case r.err != nil:
-			r.outcome = rolledBack
-		case err != nil:
-			r.outcome = commitFail
-		default:
-			r.outcome = committed
+		}
+		for i, r := range d.runs {
+			last := i == len(d.runs)-1
+			switch {
+			case r.err != nil:
+				r.outcome = rolledBack
+			case !last || err != nil:
+				r.outcome = commitFail
+			default:
+				r.outcome = committed
+			}
 		}
 		if err != nil && !errors.Is(err, errPlanned) {
 			p.errs[err.Error()]++
@@ -228,11 +237,12 @@ func (p *probe) observe(h message.HandlerFunc) message.HandlerFunc {
 // transaction that inserted it), then fails the run if the plan says so.
 func (p *probe) handler(h func(*message.Message) error) func(*message.Message) error {
 	return func(msg *message.Message) (err error) {
-		r, _ := msg.Context().Value(runCtxKey{}).(*handlerRun)
-		if r == nil {
+		d, _ := msg.Context().Value(runCtxKey{}).(*deliveryRuns)
+		if d == nil {
 			return errors.New("outbox test: no probe in the message context")
 		}
-		r.ran = true
+		r := &handlerRun{ran: true}
+		d.runs = append(d.runs, r)
 		defer func() { r.err = err }()
 		order, err := billing.DecodeOrder(msg)
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	_ "modernc.org/sqlite"
 
@@ -113,8 +114,21 @@ func run(ctx context.Context, dir string, orders int, out io.Writer) (result, er
 		processed.Add(1) // inside the inbox transaction: runs once per order
 		return nil
 	}
-	router.AddConsumerHandler("billing", billing.Topic, pubSub, handle).
-		AddMiddleware(count, inboxMiddleware)
+	poisonQueue, err := middleware.PoisonQueue(pubSub, billing.Topic+"_poison")
+	if err != nil {
+		return result{}, err
+	}
+	router.AddMiddleware(count) // not part of the stack: counts deliveries for the table below
+	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	router.AddMiddleware(
+		poisonQueue,                        // outermost: takes what every retry failed
+		retry.Middleware,                   // each attempt claims in a fresh transaction
+		middleware.Recoverer,               // a panic becomes an error that Retry retries
+		inboxMiddleware,                    // claim; handler; commit or roll back
+		middleware.Timeout(10*time.Second), // bounds the handler, inside the inbox
+		middleware.CorrelationID,           // stamps returned messages before the inbox records them
+	)
+	router.AddConsumerHandler("billing", billing.Topic, pubSub, handle)
 
 	go func() { _ = router.Run(ctx) }()
 	defer router.Close()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -124,7 +125,24 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	router.AddConsumerHandler("billing", o.Topic, o.Subscriber, handle).AddMiddleware(count, inboxMiddleware)
+	// Poisoned messages would go to a topic of the broker; here they are held in memory, so
+	// that a run leaves nothing on the broker, and any of them fails the run.
+	poisoned := &Held{}
+	poisonQueue, err := middleware.PoisonQueue(poisoned, o.Topic+"_poison")
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(count) // not part of the stack: counts deliveries for the table below
+	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	router.AddMiddleware(
+		poisonQueue,                        // outermost: takes what every retry failed
+		retry.Middleware,                   // each attempt claims in a fresh transaction
+		middleware.Recoverer,               // a panic becomes an error that Retry retries
+		inboxMiddleware,                    // claim; handler; commit or roll back
+		middleware.Timeout(10*time.Second), // bounds the handler, inside the inbox
+		middleware.CorrelationID,           // stamps returned messages before the inbox records them
+	)
+	router.AddConsumerHandler("billing", o.Topic, o.Subscriber, handle)
 	runErr := make(chan error, 1)
 	go func() { runErr <- router.Run(ctx) }()
 	defer router.Close()
@@ -170,6 +188,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	if o.Leaves != "" {
 		fmt.Fprintf(o.Out, "left in place: %s\n", o.Leaves)
+	}
+	if n := poisoned.Count(); n > 0 {
+		return fmt.Errorf("%d messages poisoned", n)
 	}
 	if counts.Invoices != o.Orders {
 		return fmt.Errorf("%d invoices for %d orders", counts.Invoices, o.Orders)
@@ -250,4 +271,29 @@ var DefaultAddresses = map[string]string{
 	"NATS":       DefaultNATSURL,
 	"Redis":      DefaultRedisAddr,
 	"Kafka":      DefaultKafkaBrokers,
+}
+
+// Held is a message.Publisher that keeps what is published to it in memory: a poison queue
+// for programs that must leave nothing on their broker.
+type Held struct {
+	mu   sync.Mutex
+	msgs []*message.Message
+}
+
+// Publish keeps msgs.
+func (h *Held) Publish(_ string, msgs ...*message.Message) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, msgs...)
+	return nil
+}
+
+// Close does nothing.
+func (h *Held) Close() error { return nil }
+
+// Count returns how many messages were published to h.
+func (h *Held) Count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.msgs)
 }

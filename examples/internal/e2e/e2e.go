@@ -65,6 +65,11 @@ type Scenario struct {
 	Key func(*message.Message) (string, error)
 	// Timeout bounds each wait. Default: 90s.
 	Timeout time.Duration
+	// Drained, if set, reports whether the broker has nothing left to deliver or redeliver
+	// (no message published but undelivered, none delivered but unacked). Run waits for it
+	// before it closes the last router, for a subscriber that must not be closed while
+	// messages still arrive. Default: nil, no wait.
+	Drained func(t *testing.T) bool
 }
 
 func (s *Scenario) setDefaults() {
@@ -263,6 +268,11 @@ func Run(t *testing.T, pool *pgxpool.Pool, s Scenario) Report {
 		}
 		return true
 	}, &missing)
+	if s.Drained != nil {
+		// Extra copies of committed orders, and redeliveries of deliveries that outlived the
+		// broker's ack timeout, may still be on their way.
+		waitFor(t, s.Timeout, "the broker to have nothing left to deliver", func() bool { return s.Drained(t) })
+	}
 	closeRouter(router) // waits for the handlers: the counts are final from here on
 
 	report := p.check(t, orders)

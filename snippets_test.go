@@ -1,0 +1,259 @@
+package inbox_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// A Go block of README.md or docs/*.md is either a complete program (it starts with
+// "package") or a fragment marked, on the line before its opening fence, with
+//
+//	<!-- snippet: WRAPPER -->
+//
+// where WRAPPER is one of snippetWrappers: "decl" for top-level declarations, "body" for
+// statements of a function that returns an error and has the variables of snippetBody in
+// scope. Imports the fragment does not use are dropped, and variables it declares are
+// used, so a fragment need not show either. CONTRIBUTING.md says the same to writers.
+var snippetWrappers = map[string]string{"decl": snippetDecl, "body": snippetBody}
+
+// snippetModule is the module the blocks build in: it requires every package they import.
+const snippetModule = "examples"
+
+const snippetImports = `import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
+)
+`
+
+const snippetDecl = "package snippet\n\n" + snippetImports + "\n//SNIPPET\n"
+
+const snippetBody = "package snippet\n\n" + snippetImports + `
+// InvoiceIssued is an event type for the cqrs fragments.
+type InvoiceIssued struct{ OrderID string }
+
+func snippet(
+	ctx context.Context,
+	logger watermill.LoggerAdapter,
+	pool *pgxpool.Pool,
+	db *sql.DB,
+	store *sqlinbox.PgxStore,
+	router *message.Router,
+	publisher, amqpPublisher message.Publisher,
+	subscriber message.Subscriber,
+	poisonQueue, inboxMiddleware message.HandlerMiddleware,
+	marshaler cqrs.JSONMarshaler,
+	pub *inbox.Publisher,
+) error {
+	{
+//SNIPPET
+//USED
+	}
+	return nil
+}
+`
+
+// goBlock is one Go block of a page: its first line in the page, its wrapper ("" for a
+// complete program) and its text.
+type goBlock struct {
+	page    string
+	line    int
+	wrapper string
+	text    string
+}
+
+var snippetMarker = regexp.MustCompile(`^<!-- snippet: (\w+) -->$`)
+
+func goBlocks(t *testing.T, page string) []goBlock {
+	var blocks []goBlock
+	lines := strings.Split(readFile(t, page), "\n")
+	for i := 0; i < len(lines); i++ {
+		if strings.TrimSpace(lines[i]) != "```go" {
+			continue
+		}
+		b := goBlock{page: page, line: i + 2}
+		if i > 0 {
+			if m := snippetMarker.FindStringSubmatch(lines[i-1]); m != nil {
+				b.wrapper = m[1]
+			}
+		}
+		var text []string
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+			text = append(text, lines[i])
+		}
+		b.text = strings.Join(text, "\n") + "\n"
+		blocks = append(blocks, b)
+	}
+	return blocks
+}
+
+// source returns the file to build for b, and the line of the file where b's text starts.
+func (b goBlock) source() (string, int, error) {
+	if b.wrapper == "" {
+		if !strings.HasPrefix(b.text, "package ") {
+			return "", 0, fmt.Errorf("neither a complete program (package ...) nor marked <!-- snippet: decl|body --> on the line before")
+		}
+		return b.text, 1, nil
+	}
+	wrapper, ok := snippetWrappers[b.wrapper]
+	if !ok {
+		return "", 0, fmt.Errorf("unknown snippet wrapper %q", b.wrapper)
+	}
+	before, after, _ := strings.Cut(wrapper, "//SNIPPET\n")
+	src := before + b.text + after
+	file, err := parser.ParseFile(token.NewFileSet(), "", src, 0)
+	if err != nil {
+		return "", 0, err
+	}
+	// Use what the fragment declares at its top level, then drop the imports it does not use.
+	var used []string
+	ast.Inspect(file, func(n ast.Node) bool {
+		if block, ok := n.(*ast.BlockStmt); ok && len(block.List) > 0 {
+			if inner, ok := block.List[0].(*ast.BlockStmt); ok {
+				for _, stmt := range inner.List {
+					if as, ok := stmt.(*ast.AssignStmt); ok && as.Tok == token.DEFINE {
+						for _, lhs := range as.Lhs {
+							if id, ok := lhs.(*ast.Ident); ok && id.Name != "_" {
+								used = append(used, "_ = "+id.Name)
+							}
+						}
+					}
+				}
+				return false
+			}
+		}
+		return true
+	})
+	src = strings.Replace(src, "//USED\n", strings.Join(used, "\n")+"\n", 1)
+	referenced := map[string]bool{}
+	ast.Inspect(file, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok {
+				referenced[id.Name] = true
+			}
+		}
+		return true
+	})
+	lines := strings.Split(src, "\n")
+	for i, line := range lines {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || !strings.HasSuffix(fields[len(fields)-1], `"`) || !strings.HasPrefix(line, "\t") || i > 25 {
+			continue
+		}
+		path, err := strconv.Unquote(fields[len(fields)-1])
+		if err != nil {
+			continue
+		}
+		name := path[strings.LastIndex(path, "/")+1:]
+		if len(fields) == 2 {
+			name = fields[0]
+		} else if strings.HasPrefix(name, "v") && len(name) > 1 && name[1] >= '0' && name[1] <= '9' {
+			name = path[:strings.LastIndex(path, "/")]
+			name = name[strings.LastIndex(name, "/")+1:]
+		}
+		if !referenced[name] {
+			lines[i] = "" // keeps the line numbers
+		}
+	}
+	return strings.Join(lines, "\n"), strings.Count(before, "\n") + 1, nil
+}
+
+// TestDocumentedGoBuilds builds every Go block of README.md and docs/*.md, so that a renamed
+// function or a changed signature breaks the build, not the reader's copy.
+func TestDocumentedGoBuilds(t *testing.T) {
+	if out, err := exec.Command("go", "env", "GOWORK").Output(); err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == "off" {
+		t.Skipf("the blocks build in the %s module, which needs the repository's go.work (go env GOWORK: %q, %v)", snippetModule, out, err)
+	}
+	pages, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	module, err := filepath.Abs(snippetModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	overlay := map[string]string{}
+	type built struct {
+		goBlock
+		dir   string
+		start int
+	}
+	byDir := map[string]built{}
+	var packages []string
+	for _, page := range append([]string{"README.md"}, pages...) {
+		for _, b := range goBlocks(t, page) {
+			src, start, err := b.source()
+			if err != nil {
+				t.Errorf("%s:%d: %v", b.page, b.line, err)
+				continue
+			}
+			dir := fmt.Sprintf("internal/docsnippet%03d", len(packages))
+			file := filepath.Join(tmp, fmt.Sprintf("%03d.go", len(packages)))
+			if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			overlay[filepath.Join(module, dir, "snippet.go")] = file
+			byDir[filepath.Base(file)] = built{b, dir, start}
+			packages = append(packages, "./"+dir)
+		}
+	}
+	if len(packages) < 6 {
+		t.Fatalf("found %d Go blocks; the extraction is broken", len(packages))
+	}
+	overlayJSON, err := json.Marshal(map[string]any{"Replace": overlay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlayFile := filepath.Join(tmp, "overlay.json")
+	if err := os.WriteFile(overlayFile, overlayJSON, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", append([]string{"build", "-overlay", overlayFile}, packages...)...)
+	cmd.Dir = module
+	out, err := cmd.CombinedOutput()
+	t.Logf("built %d Go blocks of README.md and docs/", len(packages))
+	if err == nil {
+		return
+	}
+	// Errors name the overlay's file, NNN.go:LINE:COL; point at the page instead.
+	location := regexp.MustCompile(`(\d{3}\.go):(\d+)(:\d+)?: (.*)`)
+	reported := false
+	for _, line := range strings.Split(string(out), "\n") {
+		m := location.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		b := byDir[m[1]]
+		n, _ := strconv.Atoi(m[2])
+		t.Errorf("%s:%d: %s", b.page, b.line+n-b.start, m[4])
+		reported = true
+	}
+	if !reported {
+		t.Errorf("go build of the documented Go blocks: %v\n%s", err, out)
+	}
+}

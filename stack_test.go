@@ -1,0 +1,151 @@
+package inbox_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/printer"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// recommendedStack is the router's middleware list the documentation recommends, outermost
+// first, and recommendedRetry the Retry it uses. docs/middleware-order.md says why.
+var (
+	recommendedStack = []string{"poisonQueue", "retry.Middleware", "middleware.Recoverer",
+		"inboxMiddleware", "middleware.Timeout(10*time.Second)", "middleware.CorrelationID"}
+	recommendedRetry = "middleware.Retry{MaxRetries:3,InitialInterval:100*time.Millisecond}"
+)
+
+// stackShownIn are the files that must show the stack: the README's program, its page,
+// the package documentation, NewMiddleware's, the Example and every example program (the
+// broker programs through demo).
+var stackShownIn = []string{
+	"README.md", "docs/middleware-order.md", "doc.go", "middleware.go", "example_test.go",
+	"examples/quickstart/main.go", "examples/internal/demo/demo.go",
+	"examples/outbox/main.go", "examples/cqrs/main.go",
+}
+
+// TestRecommendedStackIsShownTheSameEverywhere finds every AddMiddleware call that adds the
+// inbox, in code and in documentation (doc comments, README.md, docs/*.md, the programs
+// under examples/ but the e2e scenario, which tests broker redelivery with the inbox alone),
+// and fails for one that is not the recommended stack, for a Retry other than the
+// recommended one, and for a file of stackShownIn that shows no stack.
+func TestRecommendedStackIsShownTheSameEverywhere(t *testing.T) {
+	files := []string{"README.md", "doc.go", "middleware.go", "example_test.go"}
+	pages, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, pages...)
+	err = filepath.WalkDir("examples", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path == filepath.Join("examples", "internal", "e2e") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(recommendedStack, ", ")
+	shown := map[string]int{}
+	for _, file := range files {
+		text := uncomment(readFile(t, file))
+		for _, call := range callsIn(text, "AddMiddleware(") {
+			args, err := callArgs(call)
+			if err != nil {
+				t.Errorf("%s: cannot parse %q: %v", file, call, err)
+				continue
+			}
+			if !strings.Contains(strings.ToLower(strings.Join(args, ",")), "inbox") {
+				continue // not the inbox's stack, e.g. a program's delivery counter
+			}
+			if got := strings.Join(args, ", "); got != want {
+				t.Errorf("%s: AddMiddleware(%s), want the recommended stack AddMiddleware(%s)", file, got, want)
+				continue
+			}
+			shown[file]++
+		}
+		for _, literal := range callsIn(text, "middleware.Retry{") {
+			if got := strings.Join(strings.Fields(literal), ""); got != recommendedRetry {
+				t.Errorf("%s: %s, want the recommended %s", file, literal, recommendedRetry)
+			}
+		}
+	}
+	for _, file := range stackShownIn {
+		if shown[file] == 0 {
+			t.Errorf("%s shows no recommended stack", file)
+		}
+	}
+	t.Logf("the recommended stack, shown in %d files: %v", len(shown), shown)
+}
+
+// uncomment turns the lines of Go comments into text (doc comments show code indented after
+// "//"), so that code in documentation is found like code in code.
+var commentLine = regexp.MustCompile(`(?m)^\s*//\s?`)
+
+func uncomment(text string) string { return commentLine.ReplaceAllString(text, "") }
+
+// callsIn returns each occurrence of open (ending in "(" or "{") up to its matching closing
+// bracket, skipping // comments.
+func callsIn(text, open string) []string {
+	var calls []string
+	closing := map[byte]byte{'(': ')', '{': '}'}[open[len(open)-1]]
+	for i := strings.Index(text, open); i >= 0; {
+		depth, j := 0, i+len(open)-1
+		var b strings.Builder
+		b.WriteString(text[i:j])
+		for ; j < len(text); j++ {
+			c := text[j]
+			if c == '/' && j+1 < len(text) && text[j+1] == '/' {
+				for j < len(text) && text[j] != '\n' {
+					j++
+				}
+				continue
+			}
+			b.WriteByte(c)
+			switch c {
+			case open[len(open)-1]:
+				depth++
+			case closing:
+				depth--
+			}
+			if depth == 0 {
+				break
+			}
+		}
+		calls = append(calls, b.String())
+		next := strings.Index(text[j:], open)
+		if next < 0 {
+			break
+		}
+		i = j + next
+	}
+	return calls
+}
+
+// callArgs returns the arguments of a call as Go source without spaces.
+func callArgs(call string) ([]string, error) {
+	expr, err := parser.ParseExpr("f" + call[strings.Index(call, "("):])
+	if err != nil {
+		return nil, err
+	}
+	var args []string
+	for _, arg := range expr.(*ast.CallExpr).Args {
+		var b strings.Builder
+		if err := printer.Fprint(&b, token.NewFileSet(), arg); err != nil {
+			return nil, err
+		}
+		args = append(args, strings.Join(strings.Fields(b.String()), ""))
+	}
+	return args, nil
+}
