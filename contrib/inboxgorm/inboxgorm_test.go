@@ -176,6 +176,14 @@ func TestTransactionInsideIsASavepoint(t *testing.T) {
 				if !errors.Is(err, errBusiness) {
 					return err
 				}
+				if err := db.Transaction(func(tx *gorm.DB) error {
+					return tx.Table(f.invoices).Create(&Invoice{OrderID: msg.UUID + "-released"}).Error
+				}); err != nil {
+					return err
+				}
+				if msg.UUID == "fails" {
+					return errBusiness // rolls back the released savepoint too
+				}
 				return nil
 			})
 			if err := inboxtest.Deliver(context.Background(), h, "order-2"); err != nil {
@@ -183,6 +191,11 @@ func TestTransactionInsideIsASavepoint(t *testing.T) {
 			}
 			inboxtest.WantRows(t, "invoices written before the savepoint", f.invoicesFor(t, "order-2"), 1)
 			inboxtest.WantRows(t, "invoices written in the rolled-back savepoint", f.invoicesFor(t, "order-2-nested"), 0)
+			inboxtest.WantRows(t, "invoices written in the released savepoint", f.invoicesFor(t, "order-2-released"), 1)
+			if err := inboxtest.Deliver(context.Background(), h, "fails"); !errors.Is(err, errBusiness) {
+				t.Fatalf("failing handler: got %v, want %v", err, errBusiness)
+			}
+			inboxtest.WantRows(t, "invoices of a failed handler, savepoint released", f.invoicesFor(t, "fails-released"), 0)
 		})
 	}
 }
