@@ -1,9 +1,10 @@
 // Command releasecheck rehearses a release without publishing anything. It builds a file://
-// module proxy that serves the library and the command-line tool at a version, made from the
-// repository's tracked files exactly as a module proxy would serve the tagged commits, then
-// does what a user does, in a fresh module outside the repository with the workspace off:
-// `go get` the library and build and run a program that uses it, and `go install` the CLI at
-// that version and run it. It fails if any committed go.mod has a replace directive (go
+// module proxy that serves the library, the command-line tool and the contrib modules at a
+// version, made from the repository's tracked files exactly as a module proxy would serve the
+// tagged commits, then does what a user does, in a fresh module outside the repository with
+// the workspace off: `go get` the library and build and run a program that uses it,
+// `go install` the CLI at that version and run it, and `go get` every contrib module and
+// build and run a program that calls each. It fails if any committed go.mod has a replace directive (go
 // install refuses such a module) or if the workspace needs a module no proxy serves.
 //
 // From the repository root (CI runs it from .ci/run):
@@ -41,11 +42,13 @@ import (
 	modzip "golang.org/x/mod/zip"
 )
 
-// The modules a release publishes, by directory: the library and the command-line tool.
-// The other modules of the workspace (examples, integration, bench) are not published.
+// The modules a release publishes, by directory: the library, the command-line tool, and
+// every module under contribDir (the data layer helpers). The other modules of the
+// workspace (examples, integration, bench) are not published.
 const (
 	libraryDir = "."
 	cliDir     = "cmd/watermill-inbox"
+	contribDir = "contrib"
 )
 
 func main() {
@@ -123,30 +126,17 @@ func run(repo, version string, keep bool) (err error) {
 		return err
 	}
 
-	// 2. The CLI, after the release step that makes it require the library at this version:
-	// on a copy of its files, `go mod edit -require=library@version` and `go mod tidy`, which must fetch
-	// the library from the proxy above.
-	cliCopy := filepath.Join(tmp, "release-cli")
-	if err := copyFiles(repo, filesUnder(repo, files, cliDir, nil), cliDir, cliCopy); err != nil {
-		return err
+	// 2. The CLI and the contrib modules, after the release step that makes each require the
+	// library at this version: on a copy of its files, `go mod edit -require=library@version`
+	// and `go mod tidy`, which must fetch the library from the proxy above.
+	contribs := contribModules(mods)
+	if len(contribs) == 0 {
+		return fmt.Errorf("no module under %s/", contribDir)
 	}
-	if _, err := runGo(cliCopy, env, "mod", "edit", "-require="+library+"@"+version); err != nil {
-		return err
-	}
-	if _, err := runGo(cliCopy, env, "mod", "tidy"); err != nil {
-		return err
-	}
-	goMod, err := os.ReadFile(filepath.Join(cliCopy, "go.mod"))
-	if err != nil {
-		return err
-	}
-	goSum, err := os.ReadFile(filepath.Join(cliCopy, "go.sum"))
-	if err != nil {
-		return err
-	}
-	cliFiles := filesUnder(repo, files, cliDir, map[string][]byte{"go.mod": goMod, "go.sum": goSum})
-	if err := serve(proxyDir, module.Version{Path: cli, Version: version}, commitTime, cliFiles); err != nil {
-		return err
+	for _, dir := range append([]string{cliDir}, slices.Sorted(maps.Keys(contribs))...) {
+		if err := release(repo, tmp, proxyDir, env, files, dir, mods[dir], library, version, commitTime); err != nil {
+			return err
+		}
 	}
 
 	// 3. A user's program: a fresh module that fetches the library and builds against it.
@@ -209,9 +199,140 @@ func run(repo, version string, keep bool) (err error) {
 	if !regexp.MustCompile(`(?m)^claims\s+0$`).MatchString(out) {
 		return fmt.Errorf("stats on a new table printed %q, want 0 claims", out)
 	}
+	// 5. A user's program that fetches every contrib module at this version and builds.
+	if err := buildContribUser(tmp, env, contribs, version); err != nil {
+		return err
+	}
 	fmt.Printf("done in %s\n", time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
+
+// release serves the module in dir at version, as its tag would serve it once its go.mod
+// requires the library at that version.
+func release(repo, tmp, proxyDir string, env, files []string, dir, modPath, library, version string, commitTime time.Time) error {
+	work := filepath.Join(tmp, "release", filepath.FromSlash(dir))
+	if err := copyFiles(repo, filesUnder(repo, files, dir, nil), dir, work); err != nil {
+		return err
+	}
+	if _, err := runGo(work, env, "mod", "edit", "-require="+library+"@"+version); err != nil {
+		return err
+	}
+	if _, err := runGo(work, env, "mod", "tidy"); err != nil {
+		return err
+	}
+	goMod, err := os.ReadFile(filepath.Join(work, "go.mod"))
+	if err != nil {
+		return err
+	}
+	goSum, err := os.ReadFile(filepath.Join(work, "go.sum"))
+	if err != nil {
+		return err
+	}
+	released := filesUnder(repo, files, dir, map[string][]byte{"go.mod": goMod, "go.sum": goSum})
+	return serve(proxyDir, module.Version{Path: modPath, Version: version}, commitTime, released)
+}
+
+// contribModules returns the module paths under contribDir, by directory.
+func contribModules(mods map[string]string) map[string]string {
+	contribs := map[string]string{}
+	for dir, modPath := range mods {
+		if strings.HasPrefix(dir, contribDir+"/") {
+			contribs[dir] = modPath
+		}
+	}
+	return contribs
+}
+
+// buildContribUser makes a fresh module that gets every contrib module at version and runs
+// a program calling each one's function outside any message: each must report no inbox
+// transaction (ok == false) rather than panic.
+func buildContribUser(tmp string, env []string, contribs map[string]string, version string) error {
+	user := filepath.Join(tmp, "contribuser")
+	if err := os.MkdirAll(user, 0o755); err != nil {
+		return err
+	}
+	if _, err := runGo(user, env, "mod", "init", "example.com/contribuser"); err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, modPath := range contribs {
+		want[modPath] = true
+		if _, err := runGo(user, env, "get", modPath+"@"+version); err != nil {
+			return err
+		}
+	}
+	for _, modPath := range slices.Sorted(maps.Keys(contribProgramImports)) {
+		if !want[modPath] {
+			return fmt.Errorf("the contrib user's program imports %s, which is not under %s/", modPath, contribDir)
+		}
+		delete(want, modPath)
+	}
+	if len(want) > 0 {
+		return fmt.Errorf("the contrib user's program does not use %v: add it to contribProgram", slices.Sorted(maps.Keys(want)))
+	}
+	if err := os.WriteFile(filepath.Join(user, "main.go"), []byte(contribProgram), 0o644); err != nil {
+		return err
+	}
+	if _, err := runGo(user, env, "mod", "tidy"); err != nil {
+		return err
+	}
+	bin := filepath.Join(tmp, "bin", "contribuser")
+	if _, err := runGo(user, env, "build", "-o", bin, "."); err != nil {
+		return err
+	}
+	out, err := runCmd(user, env, bin)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(out) != "inboxbun false\ninboxent false\ninboxgorm false\ninboxsqlx false" {
+		return fmt.Errorf("the contrib user's program printed %q, want every helper false outside a message", out)
+	}
+	for _, modPath := range contribs {
+		if err := wantRequire(filepath.Join(user, "go.mod"), modPath, version); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// contribProgramImports are the contrib modules contribProgram uses.
+var contribProgramImports = map[string]bool{
+	"github.com/inboxkit/watermill-inbox/contrib/inboxbun":  true,
+	"github.com/inboxkit/watermill-inbox/contrib/inboxent":  true,
+	"github.com/inboxkit/watermill-inbox/contrib/inboxgorm": true,
+	"github.com/inboxkit/watermill-inbox/contrib/inboxsqlx": true,
+}
+
+// contribProgram calls every helper with a context of no message.
+const contribProgram = `package main
+
+import (
+	"context"
+	"fmt"
+
+	"entgo.io/ent/dialect"
+	"github.com/jmoiron/sqlx"
+	"github.com/uptrace/bun"
+	"gorm.io/gorm"
+
+	"github.com/inboxkit/watermill-inbox/contrib/inboxbun"
+	"github.com/inboxkit/watermill-inbox/contrib/inboxent"
+	"github.com/inboxkit/watermill-inbox/contrib/inboxgorm"
+	"github.com/inboxkit/watermill-inbox/contrib/inboxsqlx"
+)
+
+func main() {
+	ctx := context.Background()
+	_, ok := inboxbun.Tx(ctx, &bun.DB{})
+	fmt.Println("inboxbun", ok)
+	_, ok = inboxent.Driver(ctx, dialect.Postgres)
+	fmt.Println("inboxent", ok)
+	_, ok = inboxgorm.DB(ctx, &gorm.DB{})
+	fmt.Println("inboxgorm", ok)
+	_, ok = inboxsqlx.Tx(ctx, &sqlx.DB{})
+	fmt.Println("inboxsqlx", ok)
+}
+`
 
 // userProgram is what a user writes: a pgx store, the middleware, and the DDL for a
 // migration. pgxpool connects lazily, so nothing here needs a server.

@@ -1,0 +1,3 @@
+package entrepo
+
+//go:generate go run entc.go

@@ -1,0 +1,68 @@
+// Package sqlxrepo is a billing handler whose repository is written with sqlx, typed on
+// sqlx.ExtContext so that both the application's *sqlx.DB and a *sqlx.Tx serve it;
+// inboxsqlx.Tx gives the handler the inbox transaction as a *sqlx.Tx.
+package sqlxrepo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jmoiron/sqlx"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/contrib/inboxsqlx"
+	"github.com/inboxkit/watermill-inbox/examples/billing"
+)
+
+// Invoice is a row of the table invoices.
+type Invoice struct {
+	OrderID     string `db:"order_id"`
+	AmountCents int64  `db:"amount_cents"`
+}
+
+// recordSQL is a named query: sqlx binds it in the driver's placeholder style.
+const recordSQL = "INSERT INTO invoices (order_id, amount_cents) VALUES (:order_id, :amount_cents)"
+
+// Record is the repository method: it writes order's invoice with db.
+func Record(ctx context.Context, db sqlx.ExtContext, order billing.OrderPlaced) error {
+	if _, err := sqlx.NamedExecContext(ctx, db, recordSQL, Invoice{order.OrderID, order.AmountCents}); err != nil {
+		return fmt.Errorf("sqlxrepo: record invoice for order %q: %w", order.OrderID, err)
+	}
+	return nil
+}
+
+// Handler records an invoice per OrderPlaced message.
+type Handler struct {
+	// DB is the application's *sqlx.DB, on the *sql.DB of the inbox store.
+	DB *sqlx.DB
+}
+
+// Handle is the inbox handler: the invoice commits or rolls back with the claim.
+func (h *Handler) Handle(msg *message.Message) error {
+	order, err := billing.DecodeOrder(msg)
+	if err != nil {
+		return err
+	}
+	return h.Record(msg.Context(), order)
+}
+
+// Record writes order's invoice on the inbox transaction in ctx.
+func (h *Handler) Record(ctx context.Context, order billing.OrderPlaced) error {
+	tx, ok := inboxsqlx.Tx(ctx, h.DB)
+	if !ok {
+		return errors.New("sqlxrepo: no database/sql inbox transaction in the message context")
+	}
+	return Record(ctx, tx, order)
+}
+
+// Queue queues order's invoice with inbox.Queue, for write-behind mode: sqlx binds the named
+// query without a round trip, then rebinds it for the driver.
+func (h *Handler) Queue(ctx context.Context, order billing.OrderPlaced) error {
+	query, args, err := sqlx.Named(recordSQL, Invoice{order.OrderID, order.AmountCents})
+	if err != nil {
+		return fmt.Errorf("sqlxrepo: bind invoice for order %q: %w", order.OrderID, err)
+	}
+	return inbox.Queue(ctx, h.DB.Rebind(query), args...)
+}
