@@ -229,11 +229,13 @@ func (s *PgxStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statem
 func (s *PgxStore) readAfterDuplicate(ctx context.Context, c *pgx.Conn, claim inbox.Claim) (*inbox.Processed, error) {
 	if s.describes && c.PgConn().TxStatus() == 'E' {
 		// The server describes nothing in an aborted transaction: ROLLBACK goes first, alone
-		// (a statement without parameters is one round trip in every mode).
+		// (a statement without parameters is one round trip in every mode). The read then
+		// runs outside a transaction, where a pooler may run describe-exec's two round trips
+		// on two server connections: it runs in exec mode, in one.
 		if _, err := c.Exec(ctx, sqlRollback); err != nil {
 			return nil, fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", err)
 		}
-		return scanPrior(c.QueryRow(ctx, s.sql.prior, claim.Consumer, claim.Key))
+		return scanPrior(c.QueryRow(ctx, s.sql.prior, pgx.QueryExecModeExec, claim.Consumer, claim.Key))
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(sqlRollback)
