@@ -76,3 +76,32 @@ func withQuery(t *testing.T, rawURL, key, value string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// The chaos test (see TestChaosExactlyOneInvoicePerOrder) with the fault proxy between the
+// routers and PgBouncer: cuts before and during COMMIT and at statements, server sessions
+// terminated behind the pooler, handler errors and panics, a router restarted. Every order
+// still has exactly one invoice and one claim. The routers have 16 connections to the
+// pooler, which has 4 to the server.
+func TestPoolerChaosExactlyOneInvoicePerOrder(t *testing.T) {
+	poolerURL := testenv.PgBouncerURL(t, poolerServerConns)
+	orders := max(chaosOrders(t)/4, 200)
+	pgxMode := func(mode pgx.QueryExecMode, writeBehind bool) func(t *testing.T) *chaosDB {
+		return func(t *testing.T) *chaosDB {
+			db := chaosPgxAt(t, poolerURL, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+			db.writeBehind = writeBehind
+			return db
+		}
+	}
+	for _, c := range []struct {
+		name string
+		open func(t *testing.T) *chaosDB
+	}{
+		{"pgx/exec", pgxMode(pgx.QueryExecModeExec, false)},
+		{"pgx/simple-protocol/write-behind", pgxMode(pgx.QueryExecModeSimpleProtocol, true)},
+		{"database-sql/exec", func(t *testing.T) *chaosDB {
+			return chaosStdlibPostgresAt(t, withQuery(t, poolerURL, "default_query_exec_mode", "exec"))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) { runChaos(t, c.open(t), orders) })
+	}
+}
