@@ -88,12 +88,10 @@ func StartPgBouncer(dir, postgresURL string, serverConns int) (*PgBouncer, error
 			return nil, err
 		}
 	}
-	// t.TempDir's directories are private to their owner: the user pgbouncer runs as must
-	// reach the files.
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			return nil, err
-		}
+	// The user pgbouncer runs as must reach the files; dir's parent is the caller's to open
+	// (never change a directory this function was not given, such as the system's /tmp).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
 	}
 	var args []string
 	if os.Geteuid() == 0 {
@@ -154,7 +152,12 @@ func (p *PgBouncer) Output() string { return p.output.String() }
 func PgBouncerURL(t testing.TB, serverConns int) string {
 	t.Helper()
 	postgresURL := PostgresURL(t)
-	p, err := StartPgBouncer(t.TempDir(), postgresURL, serverConns)
+	dir := t.TempDir()
+	// t.TempDir's directories are private to their owner: let pgbouncer's user through.
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := StartPgBouncer(dir, postgresURL, serverConns)
 	if err != nil {
 		var notFound *exec.Error
 		if errors.As(err, &notFound) && !RequireServices() {
