@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -42,10 +43,11 @@ var benchPayload = message.Payload(`{"customer":"acme","amount_cents":1234,"curr
 // backend is one database, reached at one round-trip time, with a business table, an inbox
 // store and the table of a hand-written inbox.
 type backend struct {
-	db    string        // "postgres", "mysql", "sqlite"
-	delay time.Duration // added by a delayProxy in each direction; 0: straight to the server
-	rtt   time.Duration // measured round trip of an empty query; 0: in process
-	store inbox.Store
+	scenario string        // "" for "cost"
+	db       string        // "postgres", "mysql", "sqlite"
+	delay    time.Duration // added by a delayProxy in each direction; 0: straight to the server
+	rtt      time.Duration // measured round trip of an empty query; 0: in process
+	store    inbox.Store
 	// insert is the business INSERT; its arguments are (id, customer, amount).
 	insert string
 	// business runs BEGIN; INSERT; COMMIT.
@@ -423,7 +425,7 @@ func (b *backend) measure(ctx context.Context, e *env, rep *report) error {
 		if err != nil {
 			return err
 		}
-		at := at{scenario: "cost", db: b.db, delay: b.delay, rtt: b.rtt, workers: workers}
+		at := at{scenario: cmp.Or(b.scenario, "cost"), db: b.db, delay: b.delay, rtt: b.rtt, workers: workers}
 		rep.add(at, names, results, 0)
 		rep.addDerived(at, dWBvsHand, ratios(results[slices.Index(names, vWB)], results[slices.Index(names, vHand)]))
 	}

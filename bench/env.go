@@ -142,6 +142,26 @@ func (e *env) pgPool(ctx context.Context, delay time.Duration) (*pgxpool.Pool, e
 		return pool, pool.Ping(ctx)
 	}
 	target := net.JoinHostPort(config.ConnConfig.Host, fmt.Sprint(config.ConnConfig.Port))
+	return e.pgPoolVia(ctx, config, target, delay)
+}
+
+// maxWorkers is the most workers a comparison runs.
+func maxWorkers(e *env) int { return slices.Max(e.opts.workers) }
+
+// pgPoolVia opens a pool with config whose connections count their writes and go to target,
+// through a delay proxy that delays each direction by delay (> 0).
+func (e *env) pgPoolVia(ctx context.Context, config *pgxpool.Config, target string, delay time.Duration) (*pgxpool.Pool, error) {
+	if delay == 0 {
+		config := config.Copy()
+		config.ConnConfig.DialFunc = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return countingDial(ctx, network, target)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, config)
+		if err != nil {
+			return nil, err
+		}
+		return pool, pool.Ping(ctx)
+	}
 	return viaDelayProxy(e, target, delay, func(addr string) (*pgxpool.Pool, func(), func() (time.Duration, error), error) {
 		config := config.Copy()
 		config.ConnConfig.DialFunc = func(ctx context.Context, network, _ string) (net.Conn, error) {

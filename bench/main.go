@@ -44,6 +44,7 @@ type options struct {
 	rounds          int
 	workers         []int
 	delays          []time.Duration
+	poolerDelays    []time.Duration
 	scenarios       []string
 	cleanChunk      int64
 	postgres, mysql string
@@ -56,7 +57,7 @@ type options struct {
 var runners = []struct {
 	name string
 	run  func(context.Context, *env, *report) error
-}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}}
+}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}, {"pooler", runPooler}}
 
 func main() {
 	log.SetFlags(log.Ltime)
@@ -90,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 5, "interleaved rounds per comparison (at least 3)")
 	workers := fs.String("workers", "8,32", "concurrent workers, comma-separated")
 	delays := fs.String("delays", "0,250us,1ms", "cost scenario: delay added to each direction between the benchmark and PostgreSQL, comma-separated; 0 is a straight connection")
+	poolerDelays := fs.String("pooler-delays", "250us", "pooler scenario: delay added to each direction between the benchmark and PgBouncer, comma-separated")
 	names := make([]string, len(runners))
 	for i, r := range runners {
 		names[i] = r.name
@@ -123,6 +125,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	if o.delays, err = list("-delays", *delays, time.ParseDuration, func(d time.Duration) bool { return d >= 0 }); err != nil {
+		return o, err
+	}
+	if o.poolerDelays, err = list("-pooler-delays", *poolerDelays, time.ParseDuration, func(d time.Duration) bool { return d >= 0 }); err != nil {
 		return o, err
 	}
 	o.scenarios = strings.Split(*scenarios, ",")

@@ -125,6 +125,10 @@ var scenarios = []struct{ name, title, description string }{
 			"into the same table, against the same claims alone, interleaved. Loopback."},
 	{"produced", "4. Produced messages: 1 output vs 0",
 		"The handler INSERTs through `TxFromContext` and returns 0 or 1 message (100 bytes, two metadata entries), recorded with the claim. Loopback."},
+	{"pooler", "5. Behind a connection pooler (PgBouncer, transaction mode)",
+		"The cost scenario's variants through PgBouncer 1.18 in `pool_mode = transaction` with 4 server connections, the delay proxy between the benchmark and PgBouncer " +
+			"(0.25 ms each way), for the two pgx modes that work there: `QueryExecModeExec` and `QueryExecModeSimpleProtocol` (docs/pooler.md). " +
+			"*business alone* goes through the same pooler. PgBouncer runs on this machine, so its CPU is in neither CPU column."},
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }

@@ -75,11 +75,17 @@ func pgxBackend(t *testing.T) *backend { return pgxBackendWith(t) }
 
 // pgxBackendWith is pgxBackend with the store's pool configured by configure.
 func pgxBackendWith(t *testing.T, configure ...func(*pgxpool.Config)) *backend {
+	return pgxBackendAt(t, testenv.PostgresURL(t), configure...)
+}
+
+// pgxBackendAt is pgxBackendWith with the store reaching PostgreSQL at storeURL (through
+// the proxy that outage cuts), such as a pooler's; direct still reaches it directly.
+func pgxBackendAt(t *testing.T, storeURL string, configure ...func(*pgxpool.Config)) *backend {
 	ctx := context.Background()
 	directURL := testenv.PostgresURL(t)
-	proxy := startProxy(t, hostOf(t, directURL))
+	proxy := startProxy(t, hostOf(t, storeURL))
 	direct := openPgxPool(t, directURL)
-	proxied := openPgxPool(t, withHost(t, directURL, proxy.Addr()), configure...)
+	proxied := openPgxPool(t, withHost(t, storeURL, proxy.Addr()), configure...)
 
 	table := testenv.Name("inbox")
 	store, err := sqlinbox.NewPgx(proxied, sqlinbox.Config{Table: table})
@@ -112,11 +118,17 @@ func pgxBackendWith(t *testing.T, configure ...func(*pgxpool.Config)) *backend {
 }
 
 func stdlibPostgresBackend(t *testing.T) *backend {
+	return stdlibPostgresBackendAt(t, testenv.PostgresURL(t))
+}
+
+// stdlibPostgresBackendAt is stdlibPostgresBackend with the store reaching PostgreSQL at
+// storeURL (through the proxy that outage cuts); direct still reaches it directly.
+func stdlibPostgresBackendAt(t *testing.T, storeURL string) *backend {
 	ctx := context.Background()
 	directURL := testenv.PostgresURL(t)
-	proxy := startProxy(t, hostOf(t, directURL))
+	proxy := startProxy(t, hostOf(t, storeURL))
 	direct := openSQL(t, "pgx", directURL)
-	proxied := openSQL(t, "pgx", withHost(t, directURL, proxy.Addr()))
+	proxied := openSQL(t, "pgx", withHost(t, storeURL, proxy.Addr()))
 
 	b := sqlBackend(t, proxied, direct, sqlinbox.Postgres, nil)
 	b.retentionSQL = postgresRetentionSQL

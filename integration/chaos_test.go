@@ -116,14 +116,23 @@ func chaosOrders(t *testing.T) int {
 }
 
 func chaosPgx(t *testing.T) *chaosDB {
+	return chaosPgxAt(t, testenv.PostgresURL(t), nil)
+}
+
+// chaosPgxAt is chaosPgx with the fault proxy in front of storeURL (a pooler's, say), and
+// each router's pool configured by configure, if set.
+func chaosPgxAt(t *testing.T, storeURL string, configure func(*pgxpool.Config)) *chaosDB {
 	b := pgxBackend(t)
-	db, proxiedURL := chaosPostgres(t, b)
+	db, proxiedURL := chaosPostgresAt(t, b, storeURL)
 	db.newStore = func(t *testing.T) inbox.Store {
 		config, err := pgxpool.ParseConfig(proxiedURL)
 		if err != nil {
 			t.Fatal(err)
 		}
 		config.MaxConns = chaosPoolSize
+		if configure != nil {
+			configure(config)
+		}
 		pool, err := pgxpool.NewWithConfig(context.Background(), config)
 		if err != nil {
 			t.Fatal(err)
@@ -145,8 +154,13 @@ func chaosPgxWriteBehind(t *testing.T) *chaosDB {
 }
 
 func chaosStdlibPostgres(t *testing.T) *chaosDB {
+	return chaosStdlibPostgresAt(t, testenv.PostgresURL(t))
+}
+
+// chaosStdlibPostgresAt is chaosStdlibPostgres with the fault proxy in front of storeURL.
+func chaosStdlibPostgresAt(t *testing.T, storeURL string) *chaosDB {
 	b := stdlibPostgresBackend(t)
-	db, proxiedURL := chaosPostgres(t, b)
+	db, proxiedURL := chaosPostgresAt(t, b, storeURL)
 	db.newStore = func(t *testing.T) inbox.Store {
 		db := openSQL(t, "pgx", proxiedURL)
 		db.SetMaxOpenConns(chaosPoolSize)
@@ -163,12 +177,14 @@ func chaosStdlibPostgres(t *testing.T) *chaosDB {
 // terminates, every 50-150 ms, one of the routers' sessions that is running a statement
 // or idle in a transaction. The routers' sessions carry an application_name of their own, so
 // the killer never touches the test's direct pool.
-func chaosPostgres(t *testing.T, b *backend) (*chaosDB, string) {
-	directURL := testenv.PostgresURL(t)
-	proxy := startFaultProxy(t, hostOf(t, directURL), func() wireProtocol { return &postgresWire{} },
+//
+// storeURL is where the proxy forwards to: PostgreSQL itself, or a pooler in front of it
+// (which passes application_name on to the server connection it picks).
+func chaosPostgresAt(t *testing.T, b *backend, storeURL string) (*chaosDB, string) {
+	proxy := startFaultProxy(t, hostOf(t, storeURL), func() wireProtocol { return &postgresWire{} },
 		chaosPCutBeforeCommit, chaosPCutDuringCommit, chaosPCutAtStatement)
 	app := testenv.Name("chaos")
-	u, err := url.Parse(withHost(t, directURL, proxy.Addr()))
+	u, err := url.Parse(withHost(t, storeURL, proxy.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}

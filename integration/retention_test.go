@@ -201,7 +201,9 @@ func TestRetentionDeletesOnlyExpiredClaims(t *testing.T) {
 
 // lockingBackend reports whether the backend's cleanup takes a lock (all but SQLite, whose
 // single writer serialises the batches).
-func lockingBackend(b *backend) bool { return b.dialect.CleanupLock != "" }
+func lockingBackend(b *backend) bool {
+	return b.dialect.CleanupTxLock != "" || b.dialect.CleanupLock != ""
+}
 
 // A cleanup held in the middle of its pass keeps every other cleanup of the table out:
 // the second returns ErrCleanupBusy having deleted nothing, and runs once the first is done.

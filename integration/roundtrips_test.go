@@ -35,11 +35,34 @@ func (c countingConn) Write(b []byte) (int, error) {
 // handler's statement and COMMIT; with inbox.Queue, the claim's batch and the commit's; a
 // duplicate, the claim's batch and the ROLLBACK. In write-behind mode a first delivery costs
 // one batch, and a duplicate that batch and one with ROLLBACK and the read of the record.
+//
+// The same in every query execution mode the pool may have: in the modes that keep no
+// statement on the server (exec, simple protocol, describe-exec) the store prepares
+// nothing, and a batch still travels as one. Describe-exec is the exception pgx makes for
+// every statement with parameters, the store's and the handler's alike: it describes each
+// batch and each such statement first, a round trip more (a COMMIT or ROLLBACK alone is
+// one), and after a write-behind duplicate it sends ROLLBACK, then the read of the record.
 func TestPgxRoundTripsPerMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mode pgx.QueryExecMode
+	}{
+		{"cache-statement", pgx.QueryExecModeCacheStatement},
+		{"cache-describe", pgx.QueryExecModeCacheDescribe},
+		{"exec", pgx.QueryExecModeExec},
+		{"simple-protocol", pgx.QueryExecModeSimpleProtocol},
+		{"describe-exec", pgx.QueryExecModeDescribeExec},
+	} {
+		t.Run(tc.name, func(t *testing.T) { pgxRoundTripsPerMessage(t, tc.mode) })
+	}
+}
+
+func pgxRoundTripsPerMessage(t *testing.T, mode pgx.QueryExecMode) {
 	ctx := context.Background()
 	var writes atomic.Int64
 	pool := openPgxPool(t, testenv.PostgresURL(t), func(c *pgxpool.Config) {
 		c.MaxConns = 1
+		c.ConnConfig.DefaultQueryExecMode = mode
 		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			return countingConn{conn, &writes}, err
@@ -110,21 +133,45 @@ func TestPgxRoundTripsPerMessage(t *testing.T) {
 		name string
 		h    message.HandlerFunc
 		keys func(i int) string
-		want float64
+		// want is the round trips in every mode but describe-exec, which costs describeExec.
+		want, describeExec float64
 	}{
-		{"first delivery, handler uses the transaction", plain, func(i int) string { return firsts[i] }, 3},
-		{"first delivery, handler queues its write", queued, func(int) string { return watermill.NewUUID() }, 2},
-		{"duplicate", plain, func(i int) string { return firsts[i] }, 2},
-		{"first delivery with LockTimeout (it travels in the claim's batch)", timeoutMW(writeInTx), func(int) string { return watermill.NewUUID() }, 3},
-		{"write-behind first delivery", writeBehind(store), func(i int) string { return wbFirsts[i] }, 1},
-		{"write-behind duplicate", writeBehind(store), func(i int) string { return wbFirsts[i] }, 2},
-		{"write-behind first delivery after duplicates", writeBehind(store), func(int) string { return watermill.NewUUID() }, 1},
-		{"write-behind first delivery with LockTimeout", writeBehind(withTimeout), func(int) string { return watermill.NewUUID() }, 1},
+		{"first delivery, handler uses the transaction", plain, func(i int) string { return firsts[i] }, 3, 5},
+		{"first delivery, handler queues its write", queued, func(int) string { return watermill.NewUUID() }, 2, 4},
+		{"duplicate", plain, func(i int) string { return firsts[i] }, 2, 4},
+		{"first delivery with LockTimeout (it travels in the claim's batch)", timeoutMW(writeInTx), func(int) string { return watermill.NewUUID() }, 3, 5},
+		{"write-behind first delivery", writeBehind(store), func(i int) string { return wbFirsts[i] }, 1, 2},
+		{"write-behind duplicate", writeBehind(store), func(i int) string { return wbFirsts[i] }, 2, 4},
+		{"write-behind first delivery after duplicates", writeBehind(store), func(int) string { return watermill.NewUUID() }, 1, 2},
+		{"write-behind first delivery with LockTimeout", writeBehind(withTimeout), func(int) string { return watermill.NewUUID() }, 1, 2},
 	} {
-		if got := perMessage(tc.h, tc.keys); got != tc.want {
-			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)
+		want := tc.want
+		if mode == pgx.QueryExecModeDescribeExec {
+			want = tc.describeExec
+		}
+		if got := perMessage(tc.h, tc.keys); got != want {
+			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, want)
 		}
 	}
+	// Nothing was left on the server in the modes that keep no statement there.
+	if !namesStatements(mode) {
+		rows, err := pool.Query(ctx, "SELECT statement FROM pg_prepared_statements", pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		named, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(named) != 0 {
+			t.Errorf("%d statements prepared by name on the connection, want none: %q", len(named), named)
+		}
+	}
+}
+
+// namesStatements reports whether pgx's mode keeps prepared statements on the server.
+func namesStatements(mode pgx.QueryExecMode) bool {
+	return mode == pgx.QueryExecModeCacheStatement || mode == pgx.QueryExecModeCacheDescribe
 }
 
 // With Config.MultiStatements a write-behind message on MariaDB is one text of several

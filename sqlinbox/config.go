@@ -23,10 +23,13 @@ type Config struct {
 	// Default 0: the database's own limit (PostgreSQL: lock_timeout, none by default;
 	// MySQL: innodb_lock_wait_timeout, 50 s; SQLite: the DSN's busy_timeout).
 	// It applies to the whole inbox transaction, the handler's statements included:
-	// PostgreSQL sets lock_timeout for the transaction; MySQL sets the session's
-	// innodb_lock_wait_timeout in whole seconds and SQLite the connection's busy_timeout,
-	// both kept by the connection afterwards. It costs no round trip with pgx (it travels in
-	// the claim's batch) and one statement with database/sql.
+	// PostgreSQL sets lock_timeout for the transaction only (SET LOCAL), which is safe
+	// behind a pooler in transaction mode; MySQL sets the session's innodb_lock_wait_timeout
+	// in whole seconds and SQLite the connection's busy_timeout, both kept by the connection
+	// afterwards (InnoDB has no per-transaction setting): through a pooler that shares
+	// connections between clients, another client may inherit the MySQL value
+	// (docs/pooler.md). It costs no round trip with pgx (it travels in the claim's batch)
+	// and one statement with database/sql.
 	LockTimeout time.Duration
 
 	// MultiStatements makes a store made by New send a message in write-behind mode

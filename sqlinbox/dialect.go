@@ -76,12 +76,22 @@ type Dialect struct {
 	// CleanupAge returns the retention as the parameter Cleanup and Expired take, for the
 	// database's clock to compute the cutoff (the clock that set processed_at).
 	CleanupAge func(olderThan time.Duration) any
+	// CleanupTxLock, if set, tries, without waiting, to take the lock that lets one cleanup
+	// of a table run at a time, and returns 1 if it did (also when its own transaction
+	// already holds it). It is a transaction lock, which ends with the transaction that took
+	// it: a cleanup takes it in a transaction of its own that stays open for the pass, runs
+	// it again before each batch to check that the transaction still holds it, runs the
+	// batches on other connections, and rolls the lock's transaction back at the end. Nothing
+	// outlives the pass: not a killed cleaner, a lost connection, nor a pooler that runs each
+	// transaction on another server connection. Its parameter is CleanupLockKey's value.
+	CleanupTxLock string
 	// CleanupLock tries, without waiting, to take the lock that lets one cleanup of a table
 	// run at a time and returns 1 if it did; CleanupUnlock releases it and returns 1. Both
-	// are session locks, held by the connection that took them; their parameter is
-	// CleanupLockKey's value. Empty: cleanups take no lock.
+	// are session locks, held by the connection that took them, on which the pass runs its
+	// batches; their parameter is CleanupLockKey's value. For a database without transaction
+	// locks; CleanupTxLock takes precedence. Both empty: cleanups take no lock.
 	CleanupLock, CleanupUnlock string
-	// CleanupLockKey returns the parameter of CleanupLock and CleanupUnlock.
+	// CleanupLockKey returns the parameter of CleanupTxLock, CleanupLock and CleanupUnlock.
 	CleanupLockKey func(table Table) any
 
 	// Batch, if set, lets a store made by New with Config.MultiStatements send a message in

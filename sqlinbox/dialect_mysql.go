@@ -56,7 +56,9 @@ var MySQL = Dialect{
 	// transaction open after a duplicate key.
 	Batch: &BatchSQL{Probe: "DO ?; DO ?"},
 
-	// Whole seconds, at least 1; a session setting, kept by the connection.
+	// Whole seconds, at least 1. InnoDB has no per-transaction setting: this one is the
+	// session's, kept by the connection after the transaction, and the same value is set
+	// again at the start of every inbox transaction (Config.LockTimeout says so).
 	LockTimeout: func(timeout time.Duration) (string, []any) {
 		return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}
 	},
@@ -66,7 +68,12 @@ var MySQL = Dialect{
 	Expired:    "SELECT COUNT(*) FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND",
 	CleanupAge: func(olderThan time.Duration) any { return olderThan.Microseconds() },
 	// Named locks are server-wide: the name holds the database and the table, hashed to
-	// stay under the 64-character limit.
+	// stay under the 64-character limit. MySQL has no named lock that ends with a
+	// transaction, so this one stays a session lock, taken, used and released on the one
+	// connection the pass runs on; the server releases it when that connection closes. A
+	// multiplexing pooler must keep the session on one backend connection from GET_LOCK to
+	// RELEASE_LOCK: ProxySQL documents that it stops multiplexing a client connection that
+	// calls GET_LOCK, for as long as it lives (not tested here: CI has no ProxySQL).
 	CleanupLock:   "SELECT GET_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))), 0)",
 	CleanupUnlock: "SELECT RELEASE_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))))",
 	CleanupLockKey: func(t Table) any {

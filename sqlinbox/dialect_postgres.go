@@ -67,9 +67,10 @@ ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
 	Expired:    `SELECT count(*) FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond'`,
 	CleanupAge: func(olderThan time.Duration) any { return olderThan.Microseconds() },
 	// The key is the table's OID, so "inbox" and "public.inbox" share one lock; the first
-	// int4 ("winb") keeps it apart from other advisory locks.
-	CleanupLock:   `SELECT pg_try_advisory_lock(2003398242, $1::text::regclass::oid::int)::int`,
-	CleanupUnlock: `SELECT pg_advisory_unlock(2003398242, $1::text::regclass::oid::int)::int`,
+	// int4 ("winb") keeps it apart from other advisory locks. A transaction-level advisory
+	// lock ends with its transaction: a session lock would stay on the server connection
+	// that took it when a pooler in transaction mode runs the unlock on another.
+	CleanupTxLock: `SELECT pg_try_advisory_xact_lock(2003398242, $1::text::regclass::oid::int)::int`,
 	// regclass parses the quoted name, so the lock follows the table, not its spelling.
 	CleanupLockKey: func(t Table) any { return t.Quoted },
 

@@ -24,9 +24,22 @@ import (
 // a duplicate two. In write-behind mode (inbox.Config.WriteBehind) everything travels in one
 // batch: one round trip. Keep pgx's default statement cache (QueryExecModeCacheStatement):
 // the other modes were 25-35% slower for the claim.
+//
+// The store follows the pool's ConnConfig.DefaultQueryExecMode. In the caching modes
+// (QueryExecModeCacheStatement, QueryExecModeCacheDescribe) it prepares its statements by
+// name on each connection, as pgx's cache does. In the modes that keep no statement on the
+// server (QueryExecModeExec, QueryExecModeSimpleProtocol, QueryExecModeDescribeExec) it
+// prepares nothing and keeps nothing per connection: set one of the first two behind a
+// pooler in transaction mode (PgBouncer, RDS Proxy), where each transaction may run on
+// another server connection (docs/pooler.md).
 type PgxStore struct {
 	pool *pgxpool.Pool
 	sql  statements
+
+	// named is set when the pool's mode caches statements: the store prepares its texts by
+	// name too (see prepareNamed). describes is set in QueryExecModeDescribeExec, where pgx
+	// describes every batch before it sends it.
+	named, describes bool
 
 	// prepared counts the queued statement texts that write-behind batches prepare by name
 	// on each connection, up to maxNamedStatements; see prepareNamed.
@@ -53,7 +66,19 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*PgxStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PgxStore{pool: pool, sql: sql}, nil
+	mode := pool.Config().ConnConfig.DefaultQueryExecMode
+	return &PgxStore{pool: pool, sql: sql, named: namesStatements(mode), describes: mode == pgx.QueryExecModeDescribeExec}, nil
+}
+
+// namesStatements reports whether mode keeps prepared statements on the server
+// connection, so the store may keep its own there too. pgx's zero mode is its default,
+// QueryExecModeCacheStatement.
+func namesStatements(mode pgx.QueryExecMode) bool {
+	switch mode {
+	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeDescribeExec:
+		return false
+	}
+	return true
 }
 
 // InitializeSchema creates the inbox table if it does not exist, then checks it (see
@@ -213,6 +238,16 @@ func (s *PgxStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statem
 // readAfterDuplicate ends the aborted transaction and reads what the committed claim
 // recorded, in one batch.
 func (s *PgxStore) readAfterDuplicate(ctx context.Context, c *pgx.Conn, claim inbox.Claim) (*inbox.Processed, error) {
+	if s.describes && c.PgConn().TxStatus() == 'E' {
+		// The server describes nothing in an aborted transaction: ROLLBACK goes first, alone
+		// (a statement without parameters is one round trip in every mode). The read then
+		// runs outside a transaction, where a pooler may run describe-exec's two round trips
+		// on two server connections: it runs in exec mode, in one.
+		if _, err := c.Exec(ctx, sqlRollback); err != nil {
+			return nil, fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", err)
+		}
+		return scanPrior(c.QueryRow(ctx, s.sql.prior, pgx.QueryExecModeExec, claim.Consumer, claim.Key))
+	}
 	batch := &pgx.Batch{}
 	batch.Queue(sqlRollback)
 	batch.Queue(s.sql.prior, claim.Consumer, claim.Key)
@@ -249,7 +284,14 @@ const maxNamedStatements = 256
 // a batch that fails, which would make the batch after every write-behind duplicate prepare
 // them again; named statements are kept. Every batch that can fail prepares its texts so,
 // so that no text is both named and in pgx's cache.
+//
+// In a mode that keeps no statement on the server it does nothing: pgx sends each text with
+// its parameters (exec, describe-exec) or as a simple query, and a transaction pooler may
+// run the next transaction on a server connection that never saw the name.
 func (s *PgxStore) prepareNamed(ctx context.Context, c *pgx.Conn, own []string, queued []queuedStatement) error {
+	if !s.named {
+		return nil
+	}
 	if s.sql.lockTimeout != "" {
 		own = append(own, s.sql.lockTimeout)
 	}

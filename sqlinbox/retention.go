@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -25,8 +26,9 @@ import (
 const DefaultCleanupBatchSize = 10_000
 
 // ErrCleanupBusy is returned by PgxStore.Cleanup and SQLStore.Cleanup, having deleted
-// nothing, when another cleanup of the same table holds its lock (PostgreSQL: an advisory
-// lock; MySQL: a named lock, GET_LOCK). SQLite takes no lock and never returns it.
+// nothing, when another cleanup of the same table holds its lock (PostgreSQL: a
+// transaction-level advisory lock; MySQL: a named lock, GET_LOCK). SQLite takes no lock and
+// never returns it.
 var ErrCleanupBusy = errors.New("sqlinbox: another cleanup of this table is running")
 
 // CleanupConfig configures one cleanup pass. The zero value is ready to use.
@@ -105,10 +107,10 @@ func validateOlderThan(olderThan time.Duration) error {
 
 // cleanupStatements is what a cleanup sends, rendered once at construction.
 type cleanupStatements struct {
-	dialect                        Dialect
-	table                          string
-	cleanup, expired, lock, unlock string
-	lockKey                        any
+	dialect                                Dialect
+	table                                  string
+	cleanup, expired, txLock, lock, unlock string
+	lockKey                                any
 }
 
 func newCleanupStatements(dialect Dialect, table Table) cleanupStatements {
@@ -117,8 +119,10 @@ func newCleanupStatements(dialect Dialect, table Table) cleanupStatements {
 		table:   table.Name,
 		cleanup: render(dialect.Cleanup, table),
 		expired: render(dialect.Expired, table),
-		lock:    dialect.CleanupLock,
-		unlock:  dialect.CleanupUnlock,
+		txLock:  dialect.CleanupTxLock,
+	}
+	if s.txLock == "" {
+		s.lock, s.unlock = dialect.CleanupLock, dialect.CleanupUnlock
 	}
 	if table.Schema != "" {
 		s.table = table.Schema + "." + table.Name
@@ -141,38 +145,87 @@ func (s cleanupStatements) args(olderThan time.Duration, batchSize int) ([]any, 
 	return []any{age, batchSize}, nil
 }
 
-// cleanupSession is the one connection a pass runs on: its lock is a session lock, taken
-// and released on that connection.
+// cleanupSession runs a pass's statements: its batches, and the statements of its lock.
 type cleanupSession interface {
 	exec(ctx context.Context, query string, args ...any) (int64, error)
 	queryInt(ctx context.Context, query string, args ...any) (sql.NullInt64, error)
 }
 
-// pass runs one cleanup on session. broken reports that the lock could not be released:
-// the caller must close the connection, which releases it.
-func (s cleanupStatements) pass(ctx context.Context, session cleanupSession, olderThan time.Duration,
+// cleanupLock is the lock a pass holds from before its first batch to after its last.
+type cleanupLock struct {
+	// take tries to take the lock; false: another cleanup holds it.
+	take func(ctx context.Context) (bool, error)
+	// check, if set, fails if the lock is no longer held; it runs before each batch.
+	check func(ctx context.Context) error
+	// release releases the lock, held or not (take said which); an error means the caller
+	// must close the connection the lock lives on, which releases it.
+	release func(ctx context.Context, held bool) error
+}
+
+// queryOne runs query, which returns 1 for yes.
+func queryOne(ctx context.Context, session cleanupSession, query string, key any) (bool, error) {
+	got, err := session.queryInt(ctx, query, key)
+	return err == nil && got.Valid && got.Int64 == 1, err
+}
+
+// sessionLock is the dialect's session lock, taken and released on session, the connection
+// the batches run on.
+func (s cleanupStatements) sessionLock(session cleanupSession) *cleanupLock {
+	return &cleanupLock{
+		take: func(ctx context.Context) (bool, error) { return queryOne(ctx, session, s.lock, s.lockKey) },
+		release: func(ctx context.Context, held bool) error {
+			if !held {
+				return nil
+			}
+			released, err := queryOne(ctx, session, s.unlock, s.lockKey)
+			if err == nil && !released {
+				err = errors.New("the lock was not held")
+			}
+			return err
+		},
+	}
+}
+
+// txLockIn is the dialect's transaction lock, taken in tx, a transaction that only holds it;
+// end ends that transaction.
+func (s cleanupStatements) txLockIn(tx cleanupSession, end func(ctx context.Context) error) *cleanupLock {
+	return &cleanupLock{
+		take: func(ctx context.Context) (bool, error) { return queryOne(ctx, tx, s.txLock, s.lockKey) },
+		// Taking the lock again in the transaction that holds it succeeds: the transaction is
+		// alive and still holds the lock.
+		check: func(ctx context.Context) error {
+			held, err := queryOne(ctx, tx, s.txLock, s.lockKey)
+			if err == nil && !held {
+				err = errors.New("the lock's transaction no longer holds it")
+			}
+			return err
+		},
+		release: func(ctx context.Context, _ bool) error { return end(ctx) },
+	}
+}
+
+// pass runs one cleanup: its batches on batches, each a transaction of its own, holding lock
+// (nil: none). broken reports that the lock could not be released: the caller must close
+// the connections it lives on, which releases it.
+func (s cleanupStatements) pass(ctx context.Context, batches cleanupSession, lock *cleanupLock, olderThan time.Duration,
 	config CleanupConfig,
 ) (deleted int64, broken bool, err error) {
-	if s.lock != "" {
-		got, err := session.queryInt(ctx, s.lock, s.lockKey)
-		if err != nil {
-			return 0, false, fmt.Errorf("sqlinbox: cleanup: take the lock: %w", err)
-		}
-		if !got.Valid || got.Int64 != 1 {
-			return 0, false, ErrCleanupBusy
-		}
+	if lock != nil {
+		held, takeErr := lock.take(ctx)
 		defer func() {
 			unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			released, unlockErr := session.queryInt(unlockCtx, s.unlock, s.lockKey)
-			if unlockErr == nil && (!released.Valid || released.Int64 != 1) {
-				unlockErr = errors.New("the lock was not held")
-			}
-			if unlockErr != nil {
+			if unlockErr := lock.release(unlockCtx, held); unlockErr != nil {
 				broken = true
 				err = errors.Join(err, fmt.Errorf("sqlinbox: cleanup: release the lock: %w", unlockErr))
 			}
 		}()
+		if takeErr != nil {
+			return 0, false, fmt.Errorf("sqlinbox: cleanup: take the lock: %w", takeErr)
+		}
+		if !held {
+			return 0, false, ErrCleanupBusy
+		}
 	}
 	rowsCleaned := config.rowsCleaned
 	if rowsCleaned == nil {
@@ -196,7 +249,12 @@ func (s cleanupStatements) pass(ctx context.Context, session cleanupSession, old
 	}
 	var pause *time.Timer
 	for {
-		n, err := session.exec(ctx, s.cleanup, args...)
+		if lock != nil && lock.check != nil {
+			if err := lock.check(ctx); err != nil {
+				return progress.Deleted, false, fmt.Errorf("sqlinbox: cleanup: before batch %d: the lock: %w", progress.Batches+1, err)
+			}
+		}
+		n, err := batches.exec(ctx, s.cleanup, args...)
 		if err != nil {
 			return progress.Deleted, false, fmt.Errorf("sqlinbox: cleanup: batch %d: %w", progress.Batches+1, err)
 		}
@@ -243,9 +301,12 @@ func prepareCleanup(olderThan time.Duration, config *CleanupConfig) error {
 // it stops early with an error (a cancelled ctx, a failed statement).
 //
 // One cleanup of a table runs at a time across every process: Cleanup takes a PostgreSQL
-// advisory lock, keyed by the table's OID, on one pool connection for the whole pass, and
-// returns ErrCleanupBusy at once if another cleanup holds it. Should releasing the lock fail,
-// the connection is closed, which releases it.
+// transaction-level advisory lock, keyed by the table's OID, in a transaction that it keeps
+// open on one pool connection for the whole pass, and returns ErrCleanupBusy at once if
+// another cleanup holds it. The batches run on the pool's other connections, so a pass uses
+// two at a time: a pool of one connection is refused. The lock ends with its transaction:
+// at the end of the pass, and also when the cleaner is killed or its connection lost, and a
+// pooler in transaction mode keeps that transaction on one server connection.
 //
 // A row deleted while a copy of its message can still arrive lets that copy be processed
 // again: choose olderThan longer than the longest redelivery path (docs/operating.md).
@@ -253,13 +314,42 @@ func (s *PgxStore) Cleanup(ctx context.Context, olderThan time.Duration, config 
 	if err := prepareCleanup(olderThan, &config); err != nil {
 		return 0, err
 	}
+	cleanup := s.sql.cleanup
+	if cleanup.txLock == "" { // a dialect without transaction locks: the session lock's connection
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("sqlinbox: cleanup: acquire a connection: %w", err)
+		}
+		session := pgxSession{conn.Conn()}
+		var lock *cleanupLock
+		if cleanup.lock != "" {
+			lock = cleanup.sessionLock(session)
+		}
+		deleted, broken, err := cleanup.pass(ctx, session, lock, olderThan, config)
+		if broken {
+			// Closing the connection ends the session and with it the lock.
+			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+		} else {
+			conn.Release()
+		}
+		return deleted, err
+	}
+	if s.pool.Config().MaxConns < 2 {
+		return 0, errors.New("sqlinbox: cleanup: the pool has one connection: a pass holds its lock on one and deletes on another")
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("sqlinbox: cleanup: acquire a connection: %w", err)
 	}
-	deleted, broken, err := s.sql.cleanup.pass(ctx, pgxSession{conn.Conn()}, olderThan, config)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		conn.Release()
+		return 0, fmt.Errorf("sqlinbox: cleanup: begin the lock's transaction: %w", err)
+	}
+	lock := cleanup.txLockIn(pgxSession{tx.Conn()}, tx.Rollback)
+	deleted, broken, err := cleanup.pass(ctx, pgxPoolSession{s.pool}, lock, olderThan, config)
 	if broken {
-		// Closing the connection ends the session and with it the lock.
+		// Closing the connection ends the transaction and with it the lock.
 		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
 	} else {
 		conn.Release()
@@ -289,10 +379,15 @@ func (s *PgxStore) CountExpired(ctx context.Context, olderThan time.Duration) (i
 // transaction, until a batch finds fewer; it returns the number of rows deleted, also when
 // it stops early with an error (a cancelled ctx, a failed statement).
 //
-// One cleanup of a table runs at a time: on PostgreSQL Cleanup takes an advisory lock keyed
-// by the table's OID, on MySQL/MariaDB a named lock (GET_LOCK) for the database and table,
-// on one connection for the whole pass, and returns ErrCleanupBusy at once if another
-// cleanup holds it. SQLite takes no lock: its single writer runs one batch at a time.
+// One cleanup of a table runs at a time, and Cleanup returns ErrCleanupBusy at once if
+// another cleanup holds the table's lock. On PostgreSQL the lock is a transaction-level
+// advisory lock keyed by the table's OID, in a transaction kept open on one connection for
+// the pass while the batches run on the pool's other connections (a pool limited to one
+// open connection is refused); it ends with its transaction, also when the cleaner is killed,
+// its connection lost, or a pooler in transaction mode sits between. On MySQL/MariaDB it is
+// a named lock (GET_LOCK) for the database and table, a session lock taken, used and
+// released on the one connection the pass runs on. SQLite takes no lock: its single writer
+// runs one batch at a time.
 //
 // A row deleted while a copy of its message can still arrive lets that copy be processed
 // again: choose olderThan longer than the longest redelivery path (docs/operating.md).
@@ -300,17 +395,52 @@ func (s *SQLStore) Cleanup(ctx context.Context, olderThan time.Duration, config 
 	if err := prepareCleanup(olderThan, &config); err != nil {
 		return 0, err
 	}
+	cleanup := s.sql.cleanup
+	if cleanup.txLock != "" {
+		return s.cleanupInTxLock(ctx, olderThan, config)
+	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("sqlinbox: cleanup: get a connection: %w", err)
 	}
-	deleted, broken, err := s.sql.cleanup.pass(ctx, sqlSession{conn}, olderThan, config)
+	session := sqlSession{conn}
+	var lock *cleanupLock
+	if cleanup.lock != "" {
+		lock = cleanup.sessionLock(session)
+	}
+	deleted, broken, err := cleanup.pass(ctx, session, lock, olderThan, config)
 	if broken {
 		// driver.ErrBadConn makes database/sql close the connection, which ends the
 		// session and with it the lock.
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
 	_ = conn.Close()
+	return deleted, err
+}
+
+// cleanupInTxLock runs a pass holding the dialect's transaction lock in a transaction of its
+// own, the batches on the pool's other connections.
+func (s *SQLStore) cleanupInTxLock(ctx context.Context, olderThan time.Duration, config CleanupConfig) (int64, error) {
+	if s.db.Stats().MaxOpenConnections == 1 {
+		return 0, errors.New("sqlinbox: cleanup: the pool has one connection: a pass holds its lock on one and deletes on another")
+	}
+	// The transaction is begun without ctx, so that cancelling ctx does not end it before
+	// the pass: the pass stops at its next statement and rolls it back.
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sqlinbox: cleanup: get a connection: %w", err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		return 0, fmt.Errorf("sqlinbox: cleanup: begin the lock's transaction: %w", err)
+	}
+	lock := s.sql.cleanup.txLockIn(sqlTxSession{tx}, func(context.Context) error { return tx.Rollback() })
+	deleted, broken, err := s.sql.cleanup.pass(ctx, sqlDBSession{s.db}, lock, olderThan, config)
+	if broken {
+		// database/sql closes the connection, and with it the transaction and its lock.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
 	return deleted, err
 }
 
@@ -355,5 +485,51 @@ func (s sqlSession) exec(ctx context.Context, query string, args ...any) (int64,
 
 func (s sqlSession) queryInt(ctx context.Context, query string, args ...any) (v sql.NullInt64, err error) {
 	err = s.conn.QueryRowContext(ctx, query, args...).Scan(&v)
+	return v, err
+}
+
+// pgxPoolSession runs each statement on a connection of the pool, in a transaction of its
+// own.
+type pgxPoolSession struct{ pool *pgxpool.Pool }
+
+func (s pgxPoolSession) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := s.pool.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (s pgxPoolSession) queryInt(ctx context.Context, query string, args ...any) (v sql.NullInt64, err error) {
+	err = s.pool.QueryRow(ctx, query, args...).Scan(&v)
+	return v, err
+}
+
+// sqlDBSession runs each statement on a connection of the pool, in a transaction of its own.
+type sqlDBSession struct{ db *sql.DB }
+
+func (s sqlDBSession) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	result, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+func (s sqlDBSession) queryInt(ctx context.Context, query string, args ...any) (v sql.NullInt64, err error) {
+	err = s.db.QueryRowContext(ctx, query, args...).Scan(&v)
+	return v, err
+}
+
+// sqlTxSession runs statements in tx.
+type sqlTxSession struct{ tx *sql.Tx }
+
+func (s sqlTxSession) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	result, err := s.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+func (s sqlTxSession) queryInt(ctx context.Context, query string, args ...any) (v sql.NullInt64, err error) {
+	err = s.tx.QueryRowContext(ctx, query, args...).Scan(&v)
 	return v, err
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -336,19 +337,32 @@ func TestCommandsAgainstDatabases(t *testing.T) {
 			}
 
 			// Another cleanup holds the lock: exit 3, nothing deleted.
-			if dialect.CleanupLock != "" {
+			if lock := cmp.Or(dialect.CleanupTxLock, dialect.CleanupLock); lock != "" {
 				insert(t, db, dialect, table, "locked", 5, d.age)
+				// A transaction lock is held by an open transaction, a session lock by the
+				// connection.
 				conn, err := db.Conn(context.Background())
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer conn.Close()
+				var holder interface {
+					QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+				} = conn
+				if dialect.CleanupTxLock != "" {
+					tx, err := conn.BeginTx(context.Background(), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer tx.Rollback()
+					holder = tx
+				}
 				parsed, err := dialect.ParseTable(table)
 				if err != nil {
 					t.Fatal(err)
 				}
 				var got int
-				if err := conn.QueryRowContext(context.Background(), dialect.CleanupLock, dialect.CleanupLockKey(parsed)).Scan(&got); err != nil || got != 1 {
+				if err := holder.QueryRowContext(context.Background(), lock, dialect.CleanupLockKey(parsed)).Scan(&got); err != nil || got != 1 {
 					t.Fatalf("take the cleanup lock: %d, %v", got, err)
 				}
 				wantError(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...), exitBusy,
