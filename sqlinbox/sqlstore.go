@@ -168,7 +168,8 @@ var _ inbox.StatementQueuer = (*sqlTx)(nil)
 func (t *sqlTx) Driver() any { return t.tx }
 
 // Commit runs the queued statements and the record of produced messages, then commits.
-// database/sql cannot pipeline them: each is a round trip.
+// database/sql cannot pipeline them: each is a round trip, unless the store began the
+// transaction in the claim's text (MySQLConnector), which sends them with COMMIT as one.
 func (t *sqlTx) Commit(ctx context.Context, produced []byte) error {
 	statements := t.take()
 	if produced != nil {
