@@ -155,10 +155,6 @@ func TestBadInputIsNackedOrProcessedNormally(t *testing.T) {
 	for _, writeBehind := range []bool{false, true} {
 		t.Run(map[bool]string{false: "claim-first", true: "write-behind"}[writeBehind], func(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, b *backend) { testBadInput(t, b, writeBehind) })
-			// Claim-first sends texts of several statements here (sqlinbox.MySQLConnector).
-			t.Run("database-sql/mariadb/multi-statements", func(t *testing.T) {
-				testBadInput(t, backends["database-sql/mariadb/multi-statements"](t), writeBehind)
-			})
 		})
 	}
 }
