@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -451,6 +452,12 @@ func (b *backend) measure(ctx context.Context, e *env, rep *report) error {
 		at := at{scenario: "cost", db: b.db, delay: b.delay, rtt: b.rtt, workers: workers}
 		rep.add(at, names, results, 0)
 		rep.addDerived(at, dWBvsHand, ratios(results[slices.Index(names, vWB)], results[slices.Index(names, vHand)]))
+		// What MultiStatements on MySQLConnector buys each claim-first mode, round by round.
+		for _, pair := range [][2]string{{vTxText, vTx}, {vQueueText, vQueue}} {
+			if i := slices.Index(names, pair[0]); i >= 0 {
+				rep.addDerived(at, pair[0]+" ÷ "+strings.TrimPrefix(pair[1], "inbox, ")+" without", ratios(results[i], results[slices.Index(names, pair[1])]))
+			}
+		}
 	}
 	return nil
 }
