@@ -27,7 +27,8 @@ type StatementQueuer interface {
 // placeholders ($1 on PostgreSQL, ? on MySQL and SQLite).
 //
 // With the default claim-first mode, the statements travel with COMMIT: on pgx a message
-// costs two round trips in all (the claim's and the commit's) however many it queues. In
+// costs two round trips in all (the claim's and the commit's) however many it queues, and
+// so it does on MySQL with sqlinbox.Config.MultiStatements on sqlinbox.MySQLConnector. In
 // write-behind mode (Config.WriteBehind) they travel with the claim itself: one round trip
 // on pgx, and on MySQL with sqlinbox.Config.MultiStatements.
 //

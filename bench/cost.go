@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +29,11 @@ const (
 	vPiped    = "hand-written inbox, claim sent with BEGIN"
 	vTx       = "inbox, TxFromContext"
 	vQueue    = "inbox, Queue"
-	vWB       = "inbox, WriteBehind"
-	vDup      = "inbox, duplicates only"
+	// The claim-first modes with MultiStatements on sqlinbox.MySQLConnector: MariaDB/MySQL only.
+	vTxText    = "inbox, TxFromContext, MultiStatements"
+	vQueueText = "inbox, Queue, MultiStatements"
+	vWB        = "inbox, WriteBehind"
+	vDup       = "inbox, duplicates only"
 
 	benchConsumer = "bench"
 	customer      = "acme"
@@ -48,6 +52,10 @@ type backend struct {
 	delay    time.Duration // added by a delayProxy in each direction; 0: straight to the server
 	rtt      time.Duration // measured round trip of an empty query; 0: in process
 	store    inbox.Store
+	// textStore, if set, is a store with MultiStatements on a pool opened on
+	// sqlinbox.MySQLConnector: its claim-first mode sends BEGIN with the claim and the
+	// queued statements with COMMIT.
+	textStore inbox.Store
 	// insert is the business INSERT; its arguments are (id, customer, amount).
 	insert string
 	// business runs BEGIN; INSERT; COMMIT.
@@ -154,8 +162,9 @@ func pgBackend(ctx context.Context, e *env, pool *pgxpool.Pool, delay time.Durat
 }
 
 // sqlBackend creates the tables on MySQL/MariaDB (db, reached with delay added each way) or
-// SQLite (in process), reached through database/sql.
-func sqlBackend(ctx context.Context, e *env, name string, db *sql.DB, delay time.Duration) (*backend, error) {
+// SQLite (in process), reached through database/sql. textDB, if set, is a pool on db's
+// server opened on sqlinbox.MySQLConnector, for the textStore.
+func sqlBackend(ctx context.Context, e *env, name string, db, textDB *sql.DB, delay time.Duration) (*backend, error) {
 	dialect, idType, textType, claimSQL := sqlinbox.SQLite, "TEXT", "TEXT", `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
 	if name == "mysql" {
 		dialect, idType, textType, claimSQL = sqlinbox.MySQL, "CHAR(36)", "VARCHAR(64)", `INSERT IGNORE INTO %s (consumer, message_id) VALUES (?, ?)`
@@ -176,6 +185,11 @@ func sqlBackend(ctx context.Context, e *env, name string, db *sql.DB, delay time
 		return nil, err
 	}
 	b := &backend{db: name, delay: delay, store: store, insert: fmt.Sprintf(`INSERT INTO %s (id, customer, amount_cents) VALUES (?, ?, ?)`, invoices)}
+	if textDB != nil {
+		if b.textStore, err = sqlinbox.New(textDB, dialect, sqlinbox.Config{Table: inboxTable, MultiStatements: true}); err != nil {
+			return nil, err
+		}
+	}
 	if name == "mysql" {
 		if b.rtt, err = sqlRTT(ctx, db); err != nil {
 			return nil, err
@@ -270,6 +284,17 @@ func (b *backend) variants(ctx context.Context, d time.Duration) ([]variant, err
 		countedVariant(vTx, d, handlerOp(mw(counted(&txRuns, inTx)), freshKey), &txRuns, all),
 		countedVariant(vQueue, d, handlerOp(mw(counted(&queueRuns, queue)), freshKey), &queueRuns, all),
 	)
+	if b.textStore != nil {
+		text, err := inbox.NewMiddleware(b.textStore, inbox.Config{Consumer: benchConsumer}, nil)
+		if err != nil {
+			return nil, err
+		}
+		var txTextRuns, queueTextRuns atomic.Int64
+		vs = append(vs,
+			countedVariant(vTxText, d, handlerOp(text(counted(&txTextRuns, inTx)), freshKey), &txTextRuns, all),
+			countedVariant(vQueueText, d, handlerOp(text(counted(&queueTextRuns, queue)), freshKey), &queueTextRuns, all),
+		)
+	}
 	// Write-behind: the handler runs first and only queues its writes, which a duplicate
 	// discards. Duplicates go to it: its duplicates are the ones with a round-trip target.
 	wb, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: benchConsumer, WriteBehind: true}, nil)
@@ -379,16 +404,17 @@ func runCost(ctx context.Context, e *env, rep *report) error {
 		}
 	}
 	// MariaDB/MySQL at each round-trip time too: write-behind mode there is one text of
-	// several statements (Config.MultiStatements).
+	// several statements (Config.MultiStatements), and so are the claim-first mode's BEGIN
+	// with the claim and its queued statements with COMMIT on sqlinbox.MySQLConnector.
 	for _, delay := range e.opts.delays {
 		if e.mysql == nil {
 			break
 		}
-		db, err := e.mysqlAt(ctx, delay)
+		pools, err := e.mysqlAt(ctx, delay)
 		if err != nil {
 			return err
 		}
-		b, err := sqlBackend(ctx, e, "mysql", db, delay)
+		b, err := sqlBackend(ctx, e, "mysql", pools.plain, pools.oneText, delay)
 		if err == nil {
 			log.Printf("mysql, %s each way: round trip %s", delay, b.rtt)
 			err = b.measure(ctx, e, rep)
@@ -398,7 +424,7 @@ func runCost(ctx context.Context, e *env, rep *report) error {
 		}
 	}
 	if e.sqlite != nil {
-		b, err := sqlBackend(ctx, e, "sqlite", e.sqlite, 0)
+		b, err := sqlBackend(ctx, e, "sqlite", e.sqlite, nil, 0)
 		if err == nil {
 			err = b.measure(ctx, e, rep)
 		}
@@ -428,6 +454,12 @@ func (b *backend) measure(ctx context.Context, e *env, rep *report) error {
 		at := at{scenario: cmp.Or(b.scenario, "cost"), db: b.db, delay: b.delay, rtt: b.rtt, workers: workers}
 		rep.add(at, names, results, 0)
 		rep.addDerived(at, dWBvsHand, ratios(results[slices.Index(names, vWB)], results[slices.Index(names, vHand)]))
+		// What MultiStatements on MySQLConnector buys each claim-first mode, round by round.
+		for _, pair := range [][2]string{{vTxText, vTx}, {vQueueText, vQueue}} {
+			if i := slices.Index(names, pair[0]); i >= 0 {
+				rep.addDerived(at, pair[0]+" ÷ "+strings.TrimPrefix(pair[1], "inbox, ")+" without", ratios(results[i], results[slices.Index(names, pair[1])]))
+			}
+		}
 	}
 	return nil
 }

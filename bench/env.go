@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log"
@@ -19,6 +20,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // writes counts writes to database sockets (PostgreSQL and MySQL). Both drivers send a
@@ -89,7 +91,7 @@ func openEnv(ctx context.Context, o options) (_ *env, err error) {
 		}
 		cfg.MultiStatements, cfg.InterpolateParams = true, true
 		e.mysqlCfg = cfg
-		if e.mysql, err = e.openMySQL(cfg); err != nil {
+		if e.mysql, err = e.openMySQL(cfg, false); err != nil {
 			return nil, err
 		}
 		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -206,10 +208,16 @@ func viaDelayProxy[C any](e *env, target string, delay time.Duration, open func(
 	}
 }
 
-func (e *env) openMySQL(cfg *mysql.Config) (*sql.DB, error) {
+// openMySQL opens a pool on cfg; oneText opens it on sqlinbox.MySQLConnector, which lets a
+// store with MultiStatements send the claim-first mode's texts.
+func (e *env) openMySQL(cfg *mysql.Config, oneText bool) (*sql.DB, error) {
+	var connector driver.Connector
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if oneText {
+		connector = sqlinbox.MySQLConnector(connector)
 	}
 	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(slices.Max(e.opts.workers) + 2)
@@ -217,19 +225,40 @@ func (e *env) openMySQL(cfg *mysql.Config) (*sql.DB, error) {
 	return db, nil
 }
 
+// mysqlPools are two pools on one MariaDB/MySQL address: one on the driver's connector,
+// one on sqlinbox.MySQLConnector.
+type mysqlPools struct{ plain, oneText *sql.DB }
+
 // mysqlAt returns MariaDB/MySQL reached straight (delay 0) or through a delay proxy.
-func (e *env) mysqlAt(ctx context.Context, delay time.Duration) (*sql.DB, error) {
-	if delay == 0 {
-		return e.mysql, nil
+func (e *env) mysqlAt(ctx context.Context, delay time.Duration) (mysqlPools, error) {
+	open := func(cfg *mysql.Config) (mysqlPools, func(), error) {
+		plain, err := e.openMySQL(cfg, false)
+		if err != nil {
+			return mysqlPools{}, nil, err
+		}
+		oneText, err := e.openMySQL(cfg, true)
+		if err != nil {
+			plain.Close()
+			return mysqlPools{}, nil, err
+		}
+		return mysqlPools{plain, oneText}, func() { plain.Close(); oneText.Close() }, nil
 	}
-	return viaDelayProxy(e, e.mysqlCfg.Addr, delay, func(addr string) (*sql.DB, func(), func() (time.Duration, error), error) {
+	if delay == 0 {
+		oneText, err := e.openMySQL(e.mysqlCfg, true)
+		if err != nil {
+			return mysqlPools{}, err
+		}
+		e.onClose(func() { oneText.Close() })
+		return mysqlPools{e.mysql, oneText}, nil
+	}
+	return viaDelayProxy(e, e.mysqlCfg.Addr, delay, func(addr string) (mysqlPools, func(), func() (time.Duration, error), error) {
 		cfg := e.mysqlCfg.Clone()
 		cfg.Addr = addr
-		db, err := e.openMySQL(cfg)
+		pools, closePools, err := open(cfg)
 		if err != nil {
-			return nil, nil, nil, err
+			return mysqlPools{}, nil, nil, err
 		}
-		return db, func() { db.Close() }, func() (time.Duration, error) { return sqlRTT(ctx, db) }, nil
+		return pools, closePools, func() (time.Duration, error) { return sqlRTT(ctx, pools.plain) }, nil
 	})
 }
 

@@ -236,7 +236,7 @@ func (r *report) costSummary(db string, workers int) string {
 		}
 	}
 	b.WriteString("\n| --- | ---: |" + strings.Repeat(" ---: |", len(r.opts.delays)) + "\n")
-	for _, v := range []string{vBusiness, vHand, vPiped, vTx, vQueue, vWB, vDup} {
+	for _, v := range []string{vBusiness, vHand, vPiped, vTx, vQueue, vTxText, vQueueText, vWB, vDup} {
 		line := ""
 		for _, d := range r.opts.delays {
 			x, ok := r.find("cost", db, d, workers, v)
@@ -292,6 +292,17 @@ func (r *report) targets() string {
 				fmt.Fprintf(&b, "| %s: round trips of a WriteBehind duplicate | ≤ 2 | **%.2f** | %s |\n", x.where(), x.trips, map[bool]string{true: "met", false: "**missed**"}[x.trips <= 2])
 			}
 		}
+	}
+	for _, t := range []struct {
+		variant string
+		want    float64
+	}{{vTxText, 0.95}, {vQueueText, 1.3}, {vWB, 1.8}} {
+		if x, ok := r.find("cost", "mysql", halfMS, 8, t.variant); ok {
+			check(fmt.Sprintf("MariaDB/MySQL, RTT %s: %s ÷ business alone", ms(x.rtt), t.variant), fmt.Sprintf("≥ %.2g", t.want), x.ratio, x.ratio.med >= t.want)
+		}
+	}
+	if x, ok := r.find("cost", "mysql", halfMS, 8, vDup); ok {
+		fmt.Fprintf(&b, "| %s: round trips of a WriteBehind duplicate | ≤ 2 | **%.2f** | %s |\n", x.where(), x.trips, map[bool]string{true: "met", false: "**missed**"}[x.trips <= 2])
 	}
 	if x, ok := r.findDerived("router", 0, 8, dRouterVsDedup); ok {
 		check("router: inbox ÷ in-memory Deduplicator", "≥ 0.80", x.s, x.s.med >= 0.8)

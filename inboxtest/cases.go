@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -82,11 +83,13 @@ func (s *suite) handler(t *testing.T, consumer string, rec *recorder, logger wat
 	return mw(func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
 		var err error
-		if s.writeBehind() {
-			err = inbox.Queue(ctx, s.placeholders(insert), consumer, msg.UUID)
-		} else if r, ok := s.InTx(ctx); !ok {
+		r, inTx := s.InTx(ctx)
+		switch {
+		case !inTx && !s.writeBehind():
 			return nil, errors.New("no inbox transaction in the handler's context")
-		} else {
+		case s.queues():
+			err = inbox.Queue(ctx, s.placeholders(insert), consumer, msg.UUID)
+		default:
 			err = r.Exec(ctx, insert, consumer, msg.UUID)
 		}
 		if err == nil && after != nil {
@@ -351,20 +354,27 @@ func testHandlerPanic(t *testing.T, s *suite) {
 	WantRows(t, "claims", s.claims(t, "billing", key), 1)
 }
 
-// commitFaults returns the faults that make a handler's COMMIT fail, in this mode.
+// commitFaults returns the faults that make a handler's COMMIT fail, in this mode: the
+// handler's own in the claim-first mode, and the queued ones when the handlers queue.
 func (s *suite) commitFaults(t *testing.T) map[string]func(ctx context.Context) error {
 	t.Helper()
+	faults := map[string]func(ctx context.Context) error{}
 	if !s.writeBehind() {
 		if len(s.CommitFaults) == 0 {
 			t.Fatal("the harness defines no commit fault")
 		}
-		return s.CommitFaults
+		maps.Copy(faults, s.CommitFaults)
 	}
-	if len(s.QueuedCommitFaults) == 0 {
+	if !s.queues() {
+		return faults
+	}
+	if len(s.QueuedCommitFaults) == 0 && s.writeBehind() {
 		t.Skip("the harness defines no QueuedCommitFaults, which write-behind mode needs")
 	}
-	faults := map[string]func(ctx context.Context) error{}
 	for name, q := range s.QueuedCommitFaults {
+		if !s.writeBehind() {
+			name = "queued: " + name // the handler's own faults may have the same names
+		}
 		faults[name] = func(ctx context.Context) error { return inbox.Queue(ctx, s.placeholders(q.SQL), q.Args...) }
 	}
 	return faults

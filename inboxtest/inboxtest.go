@@ -89,6 +89,11 @@ type Options struct {
 	// handler also runs for a duplicate; only its effects are dropped).
 	Config inbox.Config
 
+	// Queue makes the handlers write with inbox.Queue in the claim-first mode too (they
+	// still get the transaction, and read through it), so that the store's commit carries
+	// the statements; the queued commit faults then run in that mode as well.
+	Queue bool
+
 	// Cases, if set, names the cases to run (as their subtests are named, with spaces);
 	// nil runs them all.
 	Cases []string
@@ -123,6 +128,9 @@ type suite struct {
 }
 
 func (s *suite) writeBehind() bool { return s.options.Config.WriteBehind }
+
+// queues reports whether the handlers write with inbox.Queue.
+func (s *suite) queues() bool { return s.writeBehind() || s.options.Queue }
 
 func (s *suite) placeholders(query string) string {
 	if s.Placeholders == nil {

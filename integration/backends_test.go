@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,7 +64,9 @@ var backends = map[string]newBackend{
 	"pgx/postgres":          pgxBackend,
 	"database-sql/postgres": stdlibPostgresBackend,
 	"database-sql/mariadb":  mysqlBackend,
-	// Write-behind messages as one text of several statements (Config.MultiStatements).
+	// Config.MultiStatements on a pool opened on sqlinbox.MySQLConnector: a write-behind
+	// message is one text of several statements; claim-first begins in the claim's text and
+	// commits in the queued statements' text.
 	"database-sql/mariadb/multi-statements": func(t *testing.T) *backend {
 		return mysqlBackendWith(t, "multiStatements=true", func(c *sqlinbox.Config) { c.MultiStatements = true })
 	},
@@ -162,7 +164,15 @@ func mysqlBackendWith(t *testing.T, params string, configure func(*sqlinbox.Conf
 	}
 	proxy := startProxy(t, dsn[start+4:end])
 	direct := openSQL(t, "mysql", dsn)
-	proxied := openSQL(t, "mysql", dsn[:start+4]+proxy.Addr()+dsn[end:])
+	var wanted sqlinbox.Config
+	if configure != nil {
+		configure(&wanted)
+	}
+	proxiedDSN := dsn[:start+4] + proxy.Addr() + dsn[end:]
+	proxied := openSQL(t, "mysql", proxiedDSN)
+	if wanted.MultiStatements {
+		proxied = openMySQLConnector(t, proxiedDSN)
+	}
 
 	b := sqlBackend(t, proxied, direct, sqlinbox.MySQL, configure)
 	b.retentionSQL = mysqlRetentionSQL
@@ -384,6 +394,25 @@ func openSQL(t *testing.T, driver, dsn string) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db.SetMaxOpenConns(16)
+	db.SetConnMaxIdleTime(time.Minute)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// openMySQLConnector is openSQL for MySQL through sqlinbox.MySQLConnector, as a store with
+// Config.MultiStatements wants its pool.
+func openMySQLConnector(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	config, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	connector, err := mysql.NewConnector(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(sqlinbox.MySQLConnector(connector))
 	db.SetMaxOpenConns(16)
 	db.SetConnMaxIdleTime(time.Minute)
 	t.Cleanup(func() { db.Close() })

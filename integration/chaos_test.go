@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -80,6 +81,9 @@ type chaosDB struct {
 	killInTx func(ctx context.Context, tx runner) error
 	// writeBehind runs the inbox in write-behind mode: the handler queues its invoice.
 	writeBehind bool
+	// queue makes the claim-first handler queue its invoice (inbox.Queue) instead of writing
+	// it through the transaction: it travels with COMMIT.
+	queue bool
 }
 
 func TestChaosExactlyOneInvoicePerOrder(t *testing.T) {
@@ -96,6 +100,11 @@ func TestChaosExactlyOneInvoicePerOrder(t *testing.T) {
 		{"database-sql/mariadb", max(orders/4, 100), chaosMariaDB},
 		// The handler queues its invoice; claim, invoice and COMMIT travel in one text.
 		{"database-sql/mariadb/write-behind", max(orders/4, 100), chaosMariaDBWriteBehind},
+		// Claim-first with MultiStatements on sqlinbox.MySQLConnector: START TRANSACTION and
+		// the claim travel as one text, the handler's INSERT alone, COMMIT alone; with the
+		// invoice queued, the INSERT and COMMIT as a second text.
+		{"database-sql/mariadb/multi-statements", max(orders/4, 100), chaosMariaDBMultiStatements},
+		{"database-sql/mariadb/multi-statements/queued", max(orders/4, 100), chaosMariaDBMultiStatementsQueued},
 	} {
 		t.Run(c.name, func(t *testing.T) { runChaos(t, c.open(t), c.orders) })
 	}
@@ -224,6 +233,16 @@ func chaosMariaDBWriteBehind(t *testing.T) *chaosDB {
 	return db
 }
 
+func chaosMariaDBMultiStatements(t *testing.T) *chaosDB { return chaosMariaDBWith(t, true) }
+
+func chaosMariaDBMultiStatementsQueued(t *testing.T) *chaosDB {
+	db := chaosMariaDBWith(t, true)
+	db.queue = true
+	return db
+}
+
+// chaosMariaDBWith opens each router's pool on sqlinbox.MySQLConnector when multiStatements
+// is set, as Config.MultiStatements wants it.
 func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 	b := mysqlBackend(t)
 	dsn := testenv.MySQLDSN(t)
@@ -243,9 +262,13 @@ func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 		b:     b,
 		proxy: proxy,
 		newStore: func(t *testing.T) inbox.Store {
+			var connector driver.Connector
 			connector, err := mysql.NewConnector(proxied)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if multiStatements {
+				connector = sqlinbox.MySQLConnector(connector)
 			}
 			db := sql.OpenDB(connector)
 			db.SetMaxOpenConns(chaosPoolSize)
@@ -340,6 +363,10 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 			}
 		case !ok:
 			return errors.New("no inbox transaction in the handler's context")
+		case db.queue:
+			if err := inbox.Queue(ctx, db.b.placeholders(insert), "billing", msg.UUID); err != nil {
+				return err
+			}
 		default:
 			if err := tx.exec(ctx, insert, "billing", msg.UUID); err != nil {
 				return err

@@ -21,7 +21,7 @@ import (
 // keys, and the bound on waiting behind an in-flight copy. Each runs on every backend.
 
 func forEachBackend(t *testing.T, test func(t *testing.T, b *backend)) {
-	for _, name := range []string{"database-sql/mariadb", "database-sql/postgres", "database-sql/sqlite", "pgx/postgres"} {
+	for _, name := range []string{"database-sql/mariadb", "database-sql/mariadb/multi-statements", "database-sql/postgres", "database-sql/sqlite", "pgx/postgres"} {
 		t.Run(name, func(t *testing.T) { test(t, backends[name](t)) })
 	}
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -177,7 +178,10 @@ func namesStatements(mode pgx.QueryExecMode) bool {
 // With Config.MultiStatements a write-behind message on MariaDB is one text of several
 // statements: one round trip, where the claim-first path sends BEGIN, the claim, the
 // handler's INSERT and COMMIT. A duplicate sends the text, then ROLLBACK and the read of
-// the record in a second text.
+// the record in a second text. On a *sql.DB opened on sqlinbox.MySQLConnector the
+// claim-first mode sends START TRANSACTION with the claim, and the queued statements and
+// the record with COMMIT: 3 round trips with the handler's own statement, 2 with it queued,
+// 2 for a duplicate. Without MultiStatements the connector changes nothing.
 func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 	b := mysqlBackend(t)
 	config, err := mysql.ParseDSN(testenv.MySQLDSN(t))
@@ -194,12 +198,17 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(connector)
+	db := sql.OpenDB(sqlinbox.MySQLConnector(connector))
 	t.Cleanup(func() { db.Close() })
 
 	ctx := context.Background()
-	handler := func(multi bool) message.HandlerFunc {
-		store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: b.table, MultiStatements: multi})
+	insert := "INSERT INTO " + b.business + " (consumer, msg_key) VALUES (?, ?)"
+	type mode struct {
+		multi, writeBehind, queue bool
+		lockTimeout               time.Duration
+	}
+	handler := func(m mode) message.HandlerFunc {
+		store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: b.table, MultiStatements: m.multi, LockTimeout: m.lockTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,13 +216,20 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 		if err := store.CheckTable(ctx); err != nil {
 			t.Fatal(err)
 		}
-		mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: true}, nil)
+		mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: m.writeBehind}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		insert := "INSERT INTO " + b.business + " (consumer, msg_key) VALUES (?, ?)"
 		return mw(func(msg *message.Message) ([]*message.Message, error) {
-			return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
+			if m.writeBehind || m.queue {
+				return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
+			}
+			tx, ok := inbox.TxFromContext[*sql.Tx](msg.Context())
+			if !ok {
+				return nil, errors.New("no *sql.Tx in the handler's context")
+			}
+			_, err := tx.ExecContext(msg.Context(), insert, "billing", msg.UUID)
+			return nil, err
 		})
 	}
 	const messages = 20
@@ -233,21 +249,28 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 		}
 		return keys
 	}
-	multi, firsts := handler(true), newKeys()
-	perMessage(multi, newKeys()[:1]) // the pool's first connection
+	writeBehind, firsts := handler(mode{multi: true, writeBehind: true}), newKeys()
+	claimFirst, claimFirstKeys := handler(mode{multi: true}), newKeys()
+	perMessage(writeBehind, newKeys()[:1]) // the pool's first connection
 	for _, tc := range []struct {
 		name string
 		h    message.HandlerFunc
 		keys []string
 		want float64
 	}{
-		{"first delivery", multi, firsts, 1},
-		{"duplicate", multi, firsts, 2},
-		{"first delivery without MultiStatements", handler(false), newKeys(), 4},
+		{"write-behind first delivery", writeBehind, firsts, 1},
+		{"write-behind duplicate", writeBehind, firsts, 2},
+		{"write-behind first delivery without MultiStatements", handler(mode{writeBehind: true}), newKeys(), 4},
+		{"claim-first, handler uses the transaction", claimFirst, claimFirstKeys, 3},
+		{"claim-first duplicate", claimFirst, claimFirstKeys, 2},
+		{"claim-first, handler queues its write", handler(mode{multi: true, queue: true}), newKeys(), 2},
+		{"claim-first with LockTimeout (it travels in the claim's text)", handler(mode{multi: true, lockTimeout: time.Second}), newKeys(), 3},
+		{"claim-first without MultiStatements", handler(mode{}), newKeys(), 4},
+		{"claim-first without MultiStatements, handler queues its write", handler(mode{queue: true}), newKeys(), 4},
 	} {
 		if got := perMessage(tc.h, tc.keys); got != tc.want {
 			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)
 		}
 	}
-	wantRows(t, "business rows", b.rows(t, b.business, ""), 2*messages+1)
+	wantRows(t, "business rows", b.rows(t, b.business, ""), 7*messages+1)
 }

@@ -37,6 +37,12 @@ func TestStoreConformanceWriteBehind(t *testing.T) {
 	runSuite(t, inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
 }
 
+// The suite again with the handlers queueing their writes in the claim-first mode: the
+// statements travel with COMMIT (one batch on pgx, one text on MariaDB with MultiStatements).
+func TestStoreConformanceQueued(t *testing.T) {
+	runSuite(t, inboxtest.Options{Queue: true})
+}
+
 func runSuite(t *testing.T, options inboxtest.Options) {
 	stores := suiteStores()
 	for _, name := range slices.Sorted(maps.Keys(stores)) {

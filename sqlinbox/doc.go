@@ -27,7 +27,10 @@
 //     interpolateParams=true to the DSN (one round trip per statement instead of three).
 //     The claim reads no affected-row count, so clientFoundRows does not change it. With
 //     multiStatements=true too and Config.MultiStatements, a message in write-behind mode
-//     is one text of several statements: one round trip.
+//     is one text of several statements: one round trip. Open the *sql.DB on
+//     MySQLConnector as well, and the claim-first mode sends START TRANSACTION with the
+//     claim and the queued statements with COMMIT: 3 round trips with one statement written
+//     through the *sql.Tx, 2 with it queued.
 //   - SQLite: modernc.org/sqlite or github.com/mattn/go-sqlite3 with the SQLite dialect and a busy timeout
 //     in the DSN, e.g. "file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
 //     so concurrent writers wait for the lock instead of failing.

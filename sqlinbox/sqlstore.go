@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 )
@@ -15,6 +16,10 @@ import (
 type SQLStore struct {
 	db  *sql.DB
 	sql statements
+	// oneText reports Config.MultiStatements on a *sql.DB opened on MySQLConnector: the
+	// claim-first mode then begins with its claim and commits with its queued statements.
+	// Asked at the first claim, not in New, which may be given a *sql.DB not yet usable.
+	oneText func() bool
 }
 
 var _ inbox.Store = (*SQLStore)(nil)
@@ -28,7 +33,10 @@ func New(db *sql.DB, dialect Dialect, config Config) (*SQLStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SQLStore{db: db, sql: sql}, nil
+	multi := sql.batch != nil
+	return &SQLStore{db: db, sql: sql, oneText: sync.OnceValue(func() bool {
+		return multi && usesTextConnector(db.Driver())
+	})}, nil
 }
 
 // Dialect returns the dialect the store was built with.
@@ -71,6 +79,9 @@ func (s *SQLStore) createSchema(ctx context.Context) (err error) {
 func (s *SQLStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
 	if err := s.guardTable(ctx); err != nil {
 		return nil, nil, err
+	}
+	if s.oneText() {
+		return s.claimInText(ctx, claim)
 	}
 	txCtx, detach := detachedAfterClaim(ctx)
 	tx, err := s.db.BeginTx(txCtx, nil)
@@ -154,6 +165,9 @@ type sqlTx struct {
 	tx    *sql.Tx
 	store *SQLStore
 	claim inbox.Claim
+	// conn, set when the store began tx in the claim's text (see claimInText), holds the
+	// connection until the transaction ends, and the commit is one text.
+	conn *sql.Conn
 	statementQueue
 }
 
@@ -162,11 +176,16 @@ var _ inbox.StatementQueuer = (*sqlTx)(nil)
 func (t *sqlTx) Driver() any { return t.tx }
 
 // Commit runs the queued statements and the record of produced messages, then commits.
-// database/sql cannot pipeline them: each is a round trip.
+// database/sql cannot pipeline them: each is a round trip, unless the store began the
+// transaction in the claim's text (MySQLConnector), which sends them with COMMIT as one.
 func (t *sqlTx) Commit(ctx context.Context, produced []byte) error {
 	statements := t.take()
 	if produced != nil {
 		statements = append(statements, queuedStatement{t.store.sql.record, []any{produced, t.claim.Consumer, t.claim.Key}})
+	}
+	if t.conn != nil {
+		defer t.conn.Close()
+		return t.commitText(ctx, statements)
 	}
 	for _, q := range statements {
 		if _, err := t.tx.ExecContext(ctx, q.sql, q.args...); err != nil {
@@ -180,7 +199,12 @@ func (t *sqlTx) Commit(ctx context.Context, produced []byte) error {
 	return sqlEnded(t.tx.Commit())
 }
 
-func (t *sqlTx) Rollback(context.Context) error { return sqlEnded(t.tx.Rollback()) }
+func (t *sqlTx) Rollback(context.Context) error {
+	if t.conn != nil {
+		defer t.conn.Close()
+	}
+	return sqlEnded(t.tx.Rollback())
+}
 
 // sqlEnded marks the error of a transaction the handler already committed or rolled back.
 func sqlEnded(err error) error {

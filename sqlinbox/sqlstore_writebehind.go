@@ -62,16 +62,16 @@ func (s *SQLStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statem
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, text.String(), args...); err != nil {
-		return s.afterFailedBatch(ctx, conn, claim, err)
+		return s.afterFailedText(ctx, conn, claim, fmt.Errorf("sqlinbox: write-behind batch: %w", err))
 	}
 	return nil, nil
 }
 
-// afterFailedBatch ends the transaction a failed write-behind text left open, and tells a
-// duplicate from every other failure.
-func (s *SQLStore) afterFailedBatch(ctx context.Context, conn *sql.Conn, claim inbox.Claim, batchErr error) (*inbox.Processed, error) {
+// afterFailedText ends the transaction a failed text that began with START TRANSACTION
+// (write-behind's, or claim-first's claim) left open, and tells a duplicate from every other
+// failure.
+func (s *SQLStore) afterFailedText(ctx context.Context, conn *sql.Conn, claim inbox.Claim, batchErr error) (*inbox.Processed, error) {
 	ctx = context.WithoutCancel(ctx) // the transaction must end, whatever happens to ctx
-	batchErr = fmt.Errorf("sqlinbox: write-behind batch: %w", batchErr)
 	if !s.sql.isDuplicateKey(batchErr) {
 		if err := rollback(ctx, conn); err != nil {
 			return nil, errors.Join(batchErr, err)
