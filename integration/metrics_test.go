@@ -170,14 +170,16 @@ func TestRetentionRunnerMeterProvider(t *testing.T) {
 
 	passes := make(chan int64, 1024) // rows deleted by each finished pass
 	runner, err := sqlinbox.NewRetentionRunner(b.store.(*sqlinbox.SQLStore), sqlinbox.RetentionConfig{
-		Retention: time.Hour, Interval: time.Millisecond, BatchSize: 2, MeterProvider: provider,
-		Progress: func(p sqlinbox.CleanupProgress) {
-			if p.Done {
-				select {
-				case passes <- p.Deleted:
-				default:
+		Retention: time.Hour, Interval: time.Millisecond,
+		Cleanup: sqlinbox.CleanupConfig{BatchSize: 2, MeterProvider: provider,
+			Progress: func(p sqlinbox.CleanupProgress) {
+				if p.Done {
+					select {
+					case passes <- p.Deleted:
+					default:
+					}
 				}
-			}
+			},
 		},
 	}, nil)
 	if err != nil {

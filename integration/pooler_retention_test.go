@@ -96,8 +96,8 @@ func TestPoolerRetentionRunnersWhileClaiming(t *testing.T) {
 			for i := range runners {
 				recorders[i] = &recordingCleaner{Cleaner: c}
 				runner, err := sqlinbox.NewRetentionRunner(recorders[i], sqlinbox.RetentionConfig{
-					Retention: time.Hour, Interval: time.Millisecond, BatchSize: 100, Pause: time.Millisecond,
-					Progress: progress,
+					Retention: time.Hour, Interval: time.Millisecond,
+					Cleanup: sqlinbox.CleanupConfig{BatchSize: 100, Pause: time.Millisecond, Progress: progress},
 				}, nil)
 				if err != nil {
 					t.Fatal(err)

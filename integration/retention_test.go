@@ -326,9 +326,7 @@ func TestRetentionRunnersNeverCleanConcurrently(t *testing.T) {
 				runner, err := sqlinbox.NewRetentionRunner(recorders[i], sqlinbox.RetentionConfig{
 					Retention: time.Hour,
 					Interval:  time.Millisecond,
-					BatchSize: 50,
-					Pause:     time.Millisecond,
-					Progress:  progress,
+					Cleanup:   sqlinbox.CleanupConfig{BatchSize: 50, Pause: time.Millisecond, Progress: progress},
 				}, watermill.NopLogger{})
 				if err != nil {
 					t.Fatal(err)

@@ -50,10 +50,6 @@ type CleanupConfig struct {
 	// MeterProvider receives the inbox.cleanup.rows_deleted counter (inbox.MetricRowsCleaned),
 	// with the attribute "table". Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
-
-	// rowsCleaned, if set, is the counter on MeterProvider, created once by a
-	// RetentionRunner for all its passes.
-	rowsCleaned metric.Int64Counter
 }
 
 // newRowsCleaned creates the inbox.cleanup.rows_deleted counter on provider.
@@ -208,7 +204,7 @@ func (s cleanupStatements) txLockIn(tx cleanupSession, end func(ctx context.Cont
 // (nil: none). broken reports that the lock could not be released: the caller must close
 // the connections it lives on, which releases it.
 func (s cleanupStatements) pass(ctx context.Context, batches cleanupSession, lock *cleanupLock, olderThan time.Duration,
-	config CleanupConfig,
+	config passConfig,
 ) (deleted int64, broken bool, err error) {
 	if lock != nil {
 		held, takeErr := lock.take(ctx)
@@ -228,11 +224,6 @@ func (s cleanupStatements) pass(ctx context.Context, batches cleanupSession, loc
 		}
 	}
 	rowsCleaned := config.rowsCleaned
-	if rowsCleaned == nil {
-		if rowsCleaned, err = newRowsCleaned(config.MeterProvider); err != nil {
-			return 0, false, err
-		}
-	}
 	tableAttr := metric.WithAttributes(attribute.String("table", s.table))
 	start := time.Now()
 	var progress CleanupProgress
@@ -287,12 +278,34 @@ func (s cleanupStatements) pass(ctx context.Context, batches cleanupSession, loc
 	}
 }
 
-func prepareCleanup(olderThan time.Duration, config *CleanupConfig) error {
+// passConfig is one pass's CleanupConfig, with defaults, and its counter.
+type passConfig struct {
+	CleanupConfig
+	rowsCleaned metric.Int64Counter
+}
+
+// preparePass validates a pass; rowsCleaned, if not nil, is the counter a RetentionRunner
+// made once for all its passes.
+func preparePass(olderThan time.Duration, config CleanupConfig, rowsCleaned metric.Int64Counter) (passConfig, error) {
 	if err := validateOlderThan(olderThan); err != nil {
-		return err
+		return passConfig{}, err
 	}
 	config.setDefaults()
-	return config.validate()
+	if err := config.validate(); err != nil {
+		return passConfig{}, err
+	}
+	if rowsCleaned == nil {
+		var err error
+		if rowsCleaned, err = newRowsCleaned(config.MeterProvider); err != nil {
+			return passConfig{}, err
+		}
+	}
+	return passConfig{config, rowsCleaned}, nil
+}
+
+// countedCleaner is a Cleaner that can count its rows on a counter made once.
+type countedCleaner interface {
+	cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig, rowsCleaned metric.Int64Counter) (int64, error)
 }
 
 // Cleanup deletes the claims older than olderThan, by the database's clock (the one that set
@@ -311,7 +324,12 @@ func prepareCleanup(olderThan time.Duration, config *CleanupConfig) error {
 // A row deleted while a copy of its message can still arrive lets that copy be processed
 // again: choose olderThan longer than the longest redelivery path (docs/operating.md).
 func (s *PgxStore) Cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig) (int64, error) {
-	if err := prepareCleanup(olderThan, &config); err != nil {
+	return s.cleanup(ctx, olderThan, config, nil)
+}
+
+func (s *PgxStore) cleanup(ctx context.Context, olderThan time.Duration, cleanupConfig CleanupConfig, rowsCleaned metric.Int64Counter) (int64, error) {
+	config, err := preparePass(olderThan, cleanupConfig, rowsCleaned)
+	if err != nil {
 		return 0, err
 	}
 	cleanup := s.sql.cleanup
@@ -392,7 +410,12 @@ func (s *PgxStore) CountExpired(ctx context.Context, olderThan time.Duration) (i
 // A row deleted while a copy of its message can still arrive lets that copy be processed
 // again: choose olderThan longer than the longest redelivery path (docs/operating.md).
 func (s *SQLStore) Cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig) (int64, error) {
-	if err := prepareCleanup(olderThan, &config); err != nil {
+	return s.cleanup(ctx, olderThan, config, nil)
+}
+
+func (s *SQLStore) cleanup(ctx context.Context, olderThan time.Duration, cleanupConfig CleanupConfig, rowsCleaned metric.Int64Counter) (int64, error) {
+	config, err := preparePass(olderThan, cleanupConfig, rowsCleaned)
+	if err != nil {
 		return 0, err
 	}
 	cleanup := s.sql.cleanup
@@ -420,7 +443,7 @@ func (s *SQLStore) Cleanup(ctx context.Context, olderThan time.Duration, config 
 
 // cleanupInTxLock runs a pass holding the dialect's transaction lock in a transaction of its
 // own, the batches on the pool's other connections.
-func (s *SQLStore) cleanupInTxLock(ctx context.Context, olderThan time.Duration, config CleanupConfig) (int64, error) {
+func (s *SQLStore) cleanupInTxLock(ctx context.Context, olderThan time.Duration, config passConfig) (int64, error) {
 	if s.db.Stats().MaxOpenConnections == 1 {
 		return 0, errors.New("sqlinbox: cleanup: the pool has one connection: a pass holds its lock on one and deletes on another")
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -49,18 +48,9 @@ type RetentionConfig struct {
 	// failed together do not retry together. Default: DefaultRetentionRetryDelay (10 s).
 	RetryDelay time.Duration
 
-	// BatchSize and Pause are passed to each pass as CleanupConfig.BatchSize (default
-	// 10,000) and CleanupConfig.Pause (default 0).
-	BatchSize int
-	Pause     time.Duration
-
-	// Progress, if set, is passed to each pass as CleanupConfig.Progress.
-	Progress func(CleanupProgress)
-
-	// MeterProvider receives the inbox.cleanup.rows_deleted counter of every pass (see
-	// CleanupConfig.MeterProvider); the runner creates the counter once.
-	// Default: the global provider, otel.GetMeterProvider().
-	MeterProvider metric.MeterProvider
+	// Cleanup configures every pass: BatchSize, Pause, Progress and MeterProvider, with
+	// CleanupConfig's defaults.
+	Cleanup CleanupConfig
 }
 
 func (c *RetentionConfig) setDefaults() {
@@ -70,9 +60,7 @@ func (c *RetentionConfig) setDefaults() {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = DefaultRetentionRetryDelay
 	}
-	if c.MeterProvider == nil {
-		c.MeterProvider = otel.GetMeterProvider()
-	}
+	c.Cleanup.setDefaults()
 }
 
 func (c RetentionConfig) validate() error {
@@ -85,7 +73,7 @@ func (c RetentionConfig) validate() error {
 	if c.RetryDelay < 0 {
 		return fmt.Errorf("sqlinbox: negative retention RetryDelay %s", c.RetryDelay)
 	}
-	return CleanupConfig{BatchSize: c.BatchSize, Pause: c.Pause}.validate()
+	return c.Cleanup.validate()
 }
 
 // RetentionRunner runs a cleanup pass at start and then every Interval; a pass that fails
@@ -96,7 +84,7 @@ type RetentionRunner struct {
 	store       Cleaner
 	config      RetentionConfig
 	logger      watermill.LoggerAdapter
-	rowsCleaned metric.Int64Counter
+	rowsCleaned metric.Int64Counter // made once, for the passes of a countedCleaner
 
 	// after and jitter are time.After and a random duration in [0, n); tests replace them.
 	after  func(time.Duration) <-chan time.Time
@@ -115,7 +103,7 @@ func NewRetentionRunner(store Cleaner, config RetentionConfig, logger watermill.
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	rowsCleaned, err := newRowsCleaned(config.MeterProvider)
+	rowsCleaned, err := newRowsCleaned(config.Cleanup.MeterProvider)
 	if err != nil {
 		return nil, err
 	}
@@ -179,13 +167,13 @@ func (r *RetentionRunner) retryDelay(failures int) time.Duration {
 
 func (r *RetentionRunner) pass(ctx context.Context) error {
 	start := time.Now()
-	deleted, err := r.store.Cleanup(ctx, r.config.Retention, CleanupConfig{
-		BatchSize:     r.config.BatchSize,
-		Pause:         r.config.Pause,
-		Progress:      r.config.Progress,
-		MeterProvider: r.config.MeterProvider,
-		rowsCleaned:   r.rowsCleaned,
-	})
+	var deleted int64
+	var err error
+	if counted, ok := r.store.(countedCleaner); ok {
+		deleted, err = counted.cleanup(ctx, r.config.Retention, r.config.Cleanup, r.rowsCleaned)
+	} else {
+		deleted, err = r.store.Cleanup(ctx, r.config.Retention, r.config.Cleanup)
+	}
 	fields := watermill.LogFields{
 		"deleted":   deleted,
 		"retention": r.config.Retention.String(),

@@ -27,8 +27,8 @@ func TestNewRetentionRunnerValidates(t *testing.T) {
 		{"nil store", nil, sqlinbox.RetentionConfig{Retention: time.Hour}, false},
 		{"no retention", noCleaner{}, sqlinbox.RetentionConfig{}, false},
 		{"negative interval", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, Interval: -1}, false},
-		{"negative batch size", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, BatchSize: -1}, false},
-		{"negative pause", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, Pause: -1}, false},
+		{"negative batch size", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, Cleanup: sqlinbox.CleanupConfig{BatchSize: -1}}, false},
+		{"negative pause", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, Cleanup: sqlinbox.CleanupConfig{Pause: -1}}, false},
 		{"negative retry delay", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, RetryDelay: -1}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
