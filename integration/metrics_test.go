@@ -149,7 +149,7 @@ func (m countingMeter) Int64Counter(name string, opts ...metric.Int64CounterOpti
 	return m.Meter.Int64Counter(name, opts...)
 }
 
-// RetentionConfig.MeterProvider receives the rows every pass of a runner deletes, on one
+// RetentionConfig.Cleanup.MeterProvider receives the rows every pass of a runner deletes, on one
 // counter the runner creates once, however many passes it runs.
 func TestRetentionRunnerMeterProvider(t *testing.T) {
 	b := backends["database-sql/sqlite"](t)
