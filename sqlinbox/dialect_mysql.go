@@ -150,25 +150,3 @@ func mysqlDuplicateKey(err error, t Table) bool {
 	}
 	return false
 }
-
-// errorChain returns err and every error it wraps, depth first.
-func errorChain(err error) []error {
-	var chain []error
-	var walk func(error)
-	walk = func(err error) {
-		if err == nil {
-			return
-		}
-		chain = append(chain, err)
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			walk(u.Unwrap())
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				walk(e)
-			}
-		}
-	}
-	walk(err)
-	return chain
-}

@@ -171,16 +171,6 @@ func readClaim(results pgx.BatchResults, withLockTimeout bool) (inserted bool, e
 	return inserted, nil
 }
 
-// scanPrior reads the committed claim's record. No row means it was deleted between the
-// claim and the read (retention): an error, so the message is redelivered and claimed anew.
-func scanPrior(row interface{ Scan(...any) error }) (*inbox.Processed, error) {
-	var prior inbox.Processed
-	if err := row.Scan(&prior.Fingerprint, &prior.Produced); err != nil {
-		return nil, fmt.Errorf("sqlinbox: read the committed claim: %w", err)
-	}
-	return &prior, nil
-}
-
 // ClaimAndCommit implements inbox.WriteBehindStore in one round trip: BEGIN, the lock
 // timeout (if set), the claim as a plain INSERT, the statements, the record of produced
 // messages and COMMIT in one batch. A duplicate makes the claim fail on the primary key, which aborts the
@@ -264,14 +254,6 @@ func (s *PgxStore) readAfterDuplicate(ctx context.Context, c *pgx.Conn, claim in
 	}
 	return prior, err
 }
-
-// The statements that begin and end a transaction in a batch. A batch's results end the
-// transaction on the connection; pgx's Tx is not involved.
-const (
-	sqlBegin    = "BEGIN"
-	sqlCommit   = "COMMIT"
-	sqlRollback = "ROLLBACK"
-)
 
 // maxNamedStatements bounds the queued statement texts a connection prepares by name, so a
 // handler that builds its SQL text from data cannot fill the server's memory.
@@ -414,3 +396,35 @@ func pgxEnded(err error) error {
 	}
 	return err
 }
+
+// CheckTable is SQLStore.CheckTable for the pgx store.
+func (s *PgxStore) CheckTable(ctx context.Context) error {
+	return s.sql.guard.check(ctx, s.sql.table, s.describe)
+}
+
+func (s *PgxStore) describe(ctx context.Context) error {
+	return describeTable(ctx, s.sql.dialect.TableCheck, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
+		rows, err := s.pool.Query(ctx, text, args...)
+		if err != nil {
+			return nil, err
+		}
+		return pgxRows{rows}, nil
+	})
+}
+
+// guardTable returns nil once the store's table passed its check; see CheckTable.
+func (s *PgxStore) guardTable(ctx context.Context) error {
+	return s.sql.guard.before(ctx, s.sql.table, s.describe)
+}
+
+// pgxRows gives pgx.Rows the Close of *sql.Rows.
+type pgxRows struct{ rowsCloser }
+
+type rowsCloser interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+func (r pgxRows) Close() error { r.rowsCloser.Close(); return r.Err() }

@@ -39,9 +39,6 @@ func New(db *sql.DB, dialect Dialect, config Config) (*SQLStore, error) {
 	})}, nil
 }
 
-// Dialect returns the dialect the store was built with.
-func (s *SQLStore) Dialect() Dialect { return s.sql.dialect }
-
 // InitializeSchema creates the inbox table if it does not exist, then checks it (see
 // CheckTable): a table found in a shape that cannot guard is an error wrapping
 // ErrTableMismatch. It is safe to call on every start, from every instance at once.
@@ -212,4 +209,29 @@ func sqlEnded(err error) error {
 		return fmt.Errorf("%w: %w", inbox.ErrTxEndedByHandler, err)
 	}
 	return err
+}
+
+// CheckTable reads the inbox table's shape from the database's catalog and returns an error
+// wrapping ErrTableMismatch if it cannot guard against duplicates (see ErrTableMismatch),
+// another error if the catalog could not be read, nil if the table is fit. The store runs
+// it before its first claim; call it from a readiness probe or a deployment check too. Its
+// verdict is the store's: a refused table is refused by every claim from then on, a table
+// that passes is used at once.
+func (s *SQLStore) CheckTable(ctx context.Context) error {
+	return s.sql.guard.check(ctx, s.sql.table, s.describe)
+}
+
+func (s *SQLStore) describe(ctx context.Context) error {
+	return describeTable(ctx, s.sql.dialect.TableCheck, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
+		rows, err := s.db.QueryContext(ctx, text, args...)
+		if err != nil {
+			return nil, err
+		}
+		return rows, nil
+	})
+}
+
+// guardTable returns nil once the store's table passed its check; see CheckTable.
+func (s *SQLStore) guardTable(ctx context.Context) error {
+	return s.sql.guard.before(ctx, s.sql.table, s.describe)
 }

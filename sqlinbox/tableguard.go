@@ -111,51 +111,6 @@ type tableRows interface {
 	Close() error
 }
 
-// CheckTable reads the inbox table's shape from the database's catalog and returns an error
-// wrapping ErrTableMismatch if it cannot guard against duplicates (see ErrTableMismatch),
-// another error if the catalog could not be read, nil if the table is fit. The store runs
-// it before its first claim; call it from a readiness probe or a deployment check too. Its
-// verdict is the store's: a refused table is refused by every claim from then on, a table
-// that passes is used at once.
-func (s *SQLStore) CheckTable(ctx context.Context) error {
-	return s.sql.guard.check(ctx, s.sql.table, s.describe)
-}
-
-func (s *SQLStore) describe(ctx context.Context) error {
-	return describeTable(ctx, s.sql.dialect.TableCheck, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
-		rows, err := s.db.QueryContext(ctx, text, args...)
-		if err != nil {
-			return nil, err
-		}
-		return rows, nil
-	})
-}
-
-// guardTable returns nil once the store's table passed its check; see CheckTable.
-func (s *SQLStore) guardTable(ctx context.Context) error {
-	return s.sql.guard.before(ctx, s.sql.table, s.describe)
-}
-
-// CheckTable is SQLStore.CheckTable for the pgx store.
-func (s *PgxStore) CheckTable(ctx context.Context) error {
-	return s.sql.guard.check(ctx, s.sql.table, s.describe)
-}
-
-func (s *PgxStore) describe(ctx context.Context) error {
-	return describeTable(ctx, s.sql.dialect.TableCheck, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
-		rows, err := s.pool.Query(ctx, text, args...)
-		if err != nil {
-			return nil, err
-		}
-		return pgxRows{rows}, nil
-	})
-}
-
-// guardTable returns nil once the store's table passed its check; see CheckTable.
-func (s *PgxStore) guardTable(ctx context.Context) error {
-	return s.sql.guard.before(ctx, s.sql.table, s.describe)
-}
-
 // afterSchema is InitializeSchema's verdict: the table it created or found must pass the
 // check. A mismatch explains a failed statement too (CREATE INDEX on a table without
 // processed_at), so it comes first.
@@ -169,17 +124,5 @@ func afterSchema(ctx context.Context, schemaErr error, check func(context.Contex
 	}
 	return err
 }
-
-// pgxRows gives pgx.Rows the Close of *sql.Rows.
-type pgxRows struct{ rowsCloser }
-
-type rowsCloser interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-	Close()
-}
-
-func (r pgxRows) Close() error { r.rowsCloser.Close(); return r.Err() }
 
 var _ tableRows = (*sql.Rows)(nil)
