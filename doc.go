@@ -83,10 +83,8 @@
 //
 // # Write-behind mode
 //
-// Config.WriteBehind runs the handler before the claim. The handler gets no transaction
-// (TxFromContext reports ok == false); it queues its writes with Queue. The claim, the
-// queued writes and COMMIT are then sent together: one round trip on a sqlinbox.PgxStore.
-// A key that is committed already discards what the handler queued and published.
+// Config.WriteBehind runs the handler before the claim and sends the claim, the writes it
+// queued and COMMIT together; its documentation says when to use it.
 //
 // # Observability
 //
