@@ -165,9 +165,9 @@ func pgBackend(ctx context.Context, e *env, pool *pgxpool.Pool, delay time.Durat
 // SQLite (in process), reached through database/sql. textDB, if set, is a pool on db's
 // server opened on sqlinbox.MySQLConnector, for the textStore.
 func sqlBackend(ctx context.Context, e *env, name string, db, textDB *sql.DB, delay time.Duration) (*backend, error) {
-	dialect, idType, textType, claimSQL := sqlinbox.SQLite, "TEXT", "TEXT", `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
+	dialect, idType, textType, claimSQL := sqlinbox.SQLite(), "TEXT", "TEXT", `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
 	if name == "mysql" {
-		dialect, idType, textType, claimSQL = sqlinbox.MySQL, "CHAR(36)", "VARCHAR(64)", `INSERT IGNORE INTO %s (consumer, message_id) VALUES (?, ?)`
+		dialect, idType, textType, claimSQL = sqlinbox.MySQL(), "CHAR(36)", "VARCHAR(64)", `INSERT IGNORE INTO %s (consumer, message_id) VALUES (?, ?)`
 	}
 	invoices, inboxTable, handTable := e.table(name, "bench_invoice"), e.table(name, "bench_inbox"), e.table(name, "bench_hand")
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(invoiceDDL, invoices, idType, textType)); err != nil {

@@ -108,7 +108,7 @@ func pgxBackendAt(t *testing.T, storeURL string, configure ...func(*pgxpool.Conf
 		outage:       func() func() { proxy.Cut(); return proxy.Restore },
 		retriable:    func(error) bool { return false },
 		placeholders: inboxtest.DollarPlaceholders,
-		dialect:      sqlinbox.Postgres,
+		dialect:      sqlinbox.Postgres(),
 		retentionSQL: postgresRetentionSQL,
 	}
 	if err := store.InitializeSchema(ctx); err != nil {
@@ -132,7 +132,7 @@ func stdlibPostgresBackendAt(t *testing.T, storeURL string) *backend {
 	direct := openSQL(t, "pgx", directURL)
 	proxied := openSQL(t, "pgx", withHost(t, storeURL, proxy.Addr()))
 
-	b := sqlBackend(t, proxied, direct, sqlinbox.Postgres, nil)
+	b := sqlBackend(t, proxied, direct, sqlinbox.Postgres(), nil)
 	b.retentionSQL = postgresRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
 	b.retriable = func(error) bool { return false }
@@ -174,7 +174,7 @@ func mysqlBackendWith(t *testing.T, params string, configure func(*sqlinbox.Conf
 		proxied = openMySQLConnector(t, proxiedDSN)
 	}
 
-	b := sqlBackend(t, proxied, direct, sqlinbox.MySQL, configure)
+	b := sqlBackend(t, proxied, direct, sqlinbox.MySQL(), configure)
 	b.retentionSQL = mysqlRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
 	// InnoDB resolves some races between copies of one key with a deadlock error or a
@@ -206,7 +206,7 @@ func sqliteBackend(t *testing.T) *backend {
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)"
 	db := openSQL(t, "sqlite", dsn)
 
-	b := sqlBackend(t, db, db, sqlinbox.SQLite, nil)
+	b := sqlBackend(t, db, db, sqlinbox.SQLite(), nil)
 	b.retentionSQL = sqliteRetentionSQL
 	// SQLite has no server to lose: its outage is another writer holding the lock.
 	b.outage = func() func() {
@@ -256,7 +256,7 @@ func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect,
 	if err != nil {
 		t.Fatal(err)
 	}
-	dollar := dialect.Name == sqlinbox.Postgres.Name
+	dollar := dialect.Name == sqlinbox.Postgres().Name
 	placeholders := func(query string) string { return query }
 	if dollar {
 		placeholders = inboxtest.DollarPlaceholders

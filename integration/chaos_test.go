@@ -173,7 +173,7 @@ func chaosStdlibPostgresAt(t *testing.T, storeURL string) *chaosDB {
 	db.newStore = func(t *testing.T) inbox.Store {
 		db := openSQL(t, "pgx", proxiedURL)
 		db.SetMaxOpenConns(chaosPoolSize)
-		store, err := sqlinbox.New(db, sqlinbox.Postgres, sqlinbox.Config{Table: b.table})
+		store, err := sqlinbox.New(db, sqlinbox.Postgres(), sqlinbox.Config{Table: b.table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,7 +273,7 @@ func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 			db := sql.OpenDB(connector)
 			db.SetMaxOpenConns(chaosPoolSize)
 			t.Cleanup(func() { db.Close() })
-			store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: b.table, MultiStatements: multiStatements})
+			store, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{Table: b.table, MultiStatements: multiStatements})
 			if err != nil {
 				t.Fatal(err)
 			}

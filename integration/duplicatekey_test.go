@@ -13,10 +13,10 @@ import (
 // index on the same table, not another constraint.
 func TestDuplicateKeyIsThePrimaryKeyOnly(t *testing.T) {
 	for name, dialect := range map[string]sqlinbox.Dialect{
-		"pgx/postgres":          sqlinbox.Postgres,
-		"database-sql/postgres": sqlinbox.Postgres,
-		"database-sql/mariadb":  sqlinbox.MySQL,
-		"database-sql/sqlite":   sqlinbox.SQLite,
+		"pgx/postgres":          sqlinbox.Postgres(),
+		"database-sql/postgres": sqlinbox.Postgres(),
+		"database-sql/mariadb":  sqlinbox.MySQL(),
+		"database-sql/sqlite":   sqlinbox.SQLite(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()

@@ -34,7 +34,7 @@ func TestMySQLConnectorLeavesOtherWorkAlone(t *testing.T) {
 		wantRows(t, "autocommit row seen by another session", b.invoices(t, "other", key), 1)
 	}
 	handler := func(table string, queued string) message.HandlerFunc {
-		store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: table, MultiStatements: true})
+		store, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{Table: table, MultiStatements: true})
 		if err != nil {
 			t.Fatal(err)
 		}

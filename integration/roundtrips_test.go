@@ -208,7 +208,7 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 		lockTimeout               time.Duration
 	}
 	handler := func(m mode) message.HandlerFunc {
-		store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{Table: b.table, MultiStatements: m.multi, LockTimeout: m.lockTimeout})
+		store, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{Table: b.table, MultiStatements: m.multi, LockTimeout: m.lockTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}

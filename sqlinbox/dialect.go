@@ -15,7 +15,8 @@ import (
 //
 // The dialects this package ships are Postgres, MySQL and SQLite, each defined in a file of
 // its own. Every field is exported, so a dialect for another database (or another driver's
-// errors) can be written outside this package: start from a copy of the closest one. The
+// errors) can be written outside this package: start from the closest one (d :=
+// sqlinbox.Postgres(), then change its fields; each call returns a new value). The
 // zero Dialect is invalid.
 //
 // In the statement fields, %[1]s stands for the quoted table name (see Table.Quoted); write
@@ -141,7 +142,7 @@ func (d Dialect) String() string { return d.Name }
 
 func (d Dialect) validate() error {
 	if d.Name == "" {
-		return errors.New("sqlinbox: no dialect: use sqlinbox.Postgres, sqlinbox.MySQL or sqlinbox.SQLite")
+		return errors.New("sqlinbox: no dialect: use sqlinbox.Postgres(), sqlinbox.MySQL() or sqlinbox.SQLite()")
 	}
 	for _, f := range []struct {
 		missing bool

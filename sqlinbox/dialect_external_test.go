@@ -21,7 +21,7 @@ import (
 )
 
 // aliasDialect is PostgreSQL written out as a dialect of one's own would be, from outside
-// the sqlinbox package: only exported fields, none copied from sqlinbox.Postgres. That it
+// the sqlinbox package: only exported fields, none copied from sqlinbox.Postgres(). That it
 // passes the conformance suite shows a dialect needs nothing the package keeps to itself.
 var aliasDialect = sqlinbox.Dialect{
 	Name:            "postgres-alias",

@@ -6,24 +6,25 @@ import (
 	"time"
 )
 
-// MySQL is MySQL and MariaDB with InnoDB, through github.com/go-sql-driver/mysql. Set
+// MySQL returns the dialect of MySQL and MariaDB with InnoDB, through github.com/go-sql-driver/mysql. Set
 // interpolateParams=true in its DSN to save the prepare round trips of every statement.
 //
 // The claim is a plain INSERT: a duplicate fails with error 1062 on the key PRIMARY, which
 // InnoDB reports without ending the transaction, and the claim then reads the prior row. It
 // reads no affected-row count, so no DSN setting (clientFoundRows among them) changes what
 // a claim returns.
-var MySQL = Dialect{
-	Name:          "mysql",
-	ValidateTable: ValidateTableName,
-	QuoteIdentifier: func(identifier string) string {
-		return "`" + identifier + "`"
-	},
-	// VARBINARY key columns compare bytes exactly (the default collations would make "A"
-	// and "a" one key). The processed_at index is inside CREATE TABLE: MySQL has no CREATE
-	// INDEX IF NOT EXISTS.
-	Schema: func(t Table) []string {
-		return []string{render(`CREATE TABLE IF NOT EXISTS %s (
+func MySQL() Dialect {
+	return Dialect{
+		Name:          "mysql",
+		ValidateTable: ValidateTableName,
+		QuoteIdentifier: func(identifier string) string {
+			return "`" + identifier + "`"
+		},
+		// VARBINARY key columns compare bytes exactly (the default collations would make "A"
+		// and "a" one key). The processed_at index is inside CREATE TABLE: MySQL has no CREATE
+		// INDEX IF NOT EXISTS.
+		Schema: func(t Table) []string {
+			return []string{render(`CREATE TABLE IF NOT EXISTS %s (
 	consumer     VARBINARY(255) NOT NULL,
 	message_id   VARBINARY(255) NOT NULL,
 	processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
@@ -32,69 +33,70 @@ var MySQL = Dialect{
 	PRIMARY KEY (consumer, message_id),
 	INDEX processed_at (processed_at)
 ) ENGINE=InnoDB`, t)}
-	},
+		},
 
-	TableCheck: &TableCheck{
-		Describe: func(t Table) (string, []any) {
+		TableCheck: &TableCheck{
+			Describe: func(t Table) (string, []any) {
+				var schema any
+				if t.Schema != "" {
+					schema = t.Schema
+				}
+				return mysqlDescribe, []any{schema, t.Name}
+			},
+			KeyType:   "VARBINARY, or VARCHAR CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin (MariaDB) or utf8mb4_0900_bin (MySQL)",
+			BytesType: "VARBINARY or a BLOB type",
+			TimeType:  "DATETIME(6)",
+		},
+
+		Insert:         "INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)",
+		Prior:          "SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?",
+		Record:         "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
+		IsDuplicateKey: mysqlDuplicateKey,
+
+		// MySQL stops a text of several statements at the first error, and InnoDB keeps the
+		// transaction open after a duplicate key.
+		Batch: &BatchSQL{Probe: "DO ?; DO ?"},
+
+		// Whole seconds, at least 1. InnoDB has no per-transaction setting: this one is the
+		// session's, kept by the connection after the transaction, and the same value is set
+		// again at the start of every inbox transaction (Config.LockTimeout says so).
+		LockTimeout: func(timeout time.Duration) (string, []any) {
+			return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}
+		},
+
+		// The processed_at index gives the oldest rows; LIMIT bounds the batch.
+		Cleanup:    "DELETE FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
+		Expired:    "SELECT COUNT(*) FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND",
+		CleanupAge: func(olderThan time.Duration) any { return olderThan.Microseconds() },
+		// Named locks are server-wide: the name holds the database and the table, hashed to
+		// stay under the 64-character limit. MySQL has no named lock that ends with a
+		// transaction, so this one stays a session lock, taken, used and released on the one
+		// connection the pass runs on; the server releases it when that connection closes. A
+		// multiplexing pooler must keep the session on one backend connection from GET_LOCK to
+		// RELEASE_LOCK: ProxySQL documents that it stops multiplexing a client connection that
+		// calls GET_LOCK, for as long as it lives (not tested here: CI has no ProxySQL).
+		CleanupLock:   "SELECT GET_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))), 0)",
+		CleanupUnlock: "SELECT RELEASE_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))))",
+		CleanupLockKey: func(t Table) any {
+			if t.Schema != "" {
+				return t.Schema + "." + t.Name
+			}
+			return t.Name
+		},
+
+		TableSize: func(t Table) []SizeQuery {
 			var schema any
 			if t.Schema != "" {
 				schema = t.Schema
 			}
-			return mysqlDescribe, []any{schema, t.Name}
+			return []SizeQuery{{
+				SQL: "SELECT data_length + index_length FROM information_schema.tables " +
+					"WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
+				Args: []any{schema, t.Name},
+				Note: "data_length + index_length: InnoDB's estimate",
+			}}
 		},
-		KeyType:   "VARBINARY, or VARCHAR CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin (MariaDB) or utf8mb4_0900_bin (MySQL)",
-		BytesType: "VARBINARY or a BLOB type",
-		TimeType:  "DATETIME(6)",
-	},
-
-	Insert:         "INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)",
-	Prior:          "SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?",
-	Record:         "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
-	IsDuplicateKey: mysqlDuplicateKey,
-
-	// MySQL stops a text of several statements at the first error, and InnoDB keeps the
-	// transaction open after a duplicate key.
-	Batch: &BatchSQL{Probe: "DO ?; DO ?"},
-
-	// Whole seconds, at least 1. InnoDB has no per-transaction setting: this one is the
-	// session's, kept by the connection after the transaction, and the same value is set
-	// again at the start of every inbox transaction (Config.LockTimeout says so).
-	LockTimeout: func(timeout time.Duration) (string, []any) {
-		return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}
-	},
-
-	// The processed_at index gives the oldest rows; LIMIT bounds the batch.
-	Cleanup:    "DELETE FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
-	Expired:    "SELECT COUNT(*) FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND",
-	CleanupAge: func(olderThan time.Duration) any { return olderThan.Microseconds() },
-	// Named locks are server-wide: the name holds the database and the table, hashed to
-	// stay under the 64-character limit. MySQL has no named lock that ends with a
-	// transaction, so this one stays a session lock, taken, used and released on the one
-	// connection the pass runs on; the server releases it when that connection closes. A
-	// multiplexing pooler must keep the session on one backend connection from GET_LOCK to
-	// RELEASE_LOCK: ProxySQL documents that it stops multiplexing a client connection that
-	// calls GET_LOCK, for as long as it lives (not tested here: CI has no ProxySQL).
-	CleanupLock:   "SELECT GET_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))), 0)",
-	CleanupUnlock: "SELECT RELEASE_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))))",
-	CleanupLockKey: func(t Table) any {
-		if t.Schema != "" {
-			return t.Schema + "." + t.Name
-		}
-		return t.Name
-	},
-
-	TableSize: func(t Table) []SizeQuery {
-		var schema any
-		if t.Schema != "" {
-			schema = t.Schema
-		}
-		return []SizeQuery{{
-			SQL: "SELECT data_length + index_length FROM information_schema.tables " +
-				"WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
-			Args: []any{schema, t.Name},
-			Note: "data_length + index_length: InnoDB's estimate",
-		}}
-	},
+	}
 }
 
 // mysqlDescribe describes the table (schema ?, default DATABASE(); name ?) for TableCheck.

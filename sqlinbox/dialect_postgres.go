@@ -8,20 +8,23 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Postgres is PostgreSQL, through pgx (NewPgx) or any database/sql driver that returns
-// *pgconn.PgError, such as pgx's stdlib. The claim is INSERT ... ON CONFLICT (consumer,
-// message_id) DO NOTHING, and reads a committed claim in the same statement.
-var Postgres = Dialect{
-	Name:          "postgres",
-	ValidateTable: ValidateTableName,
-	QuoteIdentifier: func(identifier string) string {
-		return `"` + identifier + `"`
-	},
-	// The key columns compare bytes exactly: collation "C" (also the fastest to index).
-	Schema: func(t Table) []string {
-		index := `"` + indexName(t.Name) + `"`
-		return []string{
-			render(`CREATE TABLE IF NOT EXISTS %s (
+// Postgres returns the dialect of PostgreSQL, through pgx (NewPgx) or any database/sql
+// driver that returns *pgconn.PgError, such as pgx's stdlib. The claim is INSERT ... ON
+// CONFLICT (consumer, message_id) DO NOTHING RETURNING true; a duplicate then reads the
+// committed claim. Each call returns a new value, which the caller may change without
+// touching any other.
+func Postgres() Dialect {
+	return Dialect{
+		Name:          "postgres",
+		ValidateTable: ValidateTableName,
+		QuoteIdentifier: func(identifier string) string {
+			return `"` + identifier + `"`
+		},
+		// The key columns compare bytes exactly: collation "C" (also the fastest to index).
+		Schema: func(t Table) []string {
+			index := `"` + indexName(t.Name) + `"`
+			return []string{
+				render(`CREATE TABLE IF NOT EXISTS %s (
 	consumer     varchar(255) COLLATE "C" NOT NULL,
 	message_id   varchar(255) COLLATE "C" NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
@@ -29,58 +32,59 @@ var Postgres = Dialect{
 	produced     bytea,
 	PRIMARY KEY (consumer, message_id)
 )`, t),
-			// The index lets retention find old rows without reading the whole table.
-			`CREATE INDEX IF NOT EXISTS ` + index + ` ON ` + t.Quoted + ` (processed_at)`,
-		}
-	},
-	TableCheck: &TableCheck{
-		Describe: func(t Table) (string, []any) { return postgresDescribe, []any{t.Quoted} },
-		KeyType:  `varchar or text with a deterministic collation (COLLATE "C"), or bytea`,
-		// bytea only: text refuses the bytes of a fingerprint that are not UTF-8.
-		BytesType:      "bytea",
-		TimeType:       "timestamptz",
-		PrimaryKeyName: postgresPrimaryKeyName,
-	},
-	// CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
-	SchemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
+				// The index lets retention find old rows without reading the whole table.
+				`CREATE INDEX IF NOT EXISTS ` + index + ` ON ` + t.Quoted + ` (processed_at)`,
+			}
+		},
+		TableCheck: &TableCheck{
+			Describe: func(t Table) (string, []any) { return postgresDescribe, []any{t.Quoted} },
+			KeyType:  `varchar or text with a deterministic collation (COLLATE "C"), or bytea`,
+			// bytea only: text refuses the bytes of a fingerprint that are not UTF-8.
+			BytesType:      "bytea",
+			TimeType:       "timestamptz",
+			PrimaryKeyName: postgresPrimaryKeyName,
+		},
+		// CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
+		SchemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
 
-	// A failed statement aborts a PostgreSQL transaction: the claim is InsertOrSkip, and
-	// Insert serves a caller that treats the duplicate as the end of the transaction
-	// (write-behind mode). The claim reads nothing back: duplicates are rare, and a claim
-	// that also read the committed claim measured slower for every first delivery.
-	Insert: `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
-	InsertOrSkip: `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
+		// A failed statement aborts a PostgreSQL transaction: the claim is InsertOrSkip, and
+		// Insert serves a caller that treats the duplicate as the end of the transaction
+		// (write-behind mode). The claim reads nothing back: duplicates are rare, and a claim
+		// that also read the committed claim measured slower for every first delivery.
+		Insert: `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
+		InsertOrSkip: `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
 ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
-	Prior:          `SELECT payload_hash, produced FROM %s WHERE consumer = $1 AND message_id = $2`,
-	Record:         `UPDATE %s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
-	IsDuplicateKey: postgresDuplicateKey,
+		Prior:          `SELECT payload_hash, produced FROM %s WHERE consumer = $1 AND message_id = $2`,
+		Record:         `UPDATE %s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
+		IsDuplicateKey: postgresDuplicateKey,
 
-	// set_config(..., true) is SET LOCAL with a parameter: it ends with the transaction.
-	LockTimeout: func(timeout time.Duration) (string, []any) {
-		return `SELECT set_config('lock_timeout', $1, true)`,
-			[]any{strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"}
-	},
+		// set_config(..., true) is SET LOCAL with a parameter: it ends with the transaction.
+		LockTimeout: func(timeout time.Duration) (string, []any) {
+			return `SELECT set_config('lock_timeout', $1, true)`,
+				[]any{strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"}
+		},
 
-	// By ctid, the row's physical address: the subquery finds the batch through the
-	// processed_at index, the DELETE goes straight to each row.
-	Cleanup:    `DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`,
-	Expired:    `SELECT count(*) FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond'`,
-	CleanupAge: func(olderThan time.Duration) any { return olderThan.Microseconds() },
-	// The key is the table's OID, so "inbox" and "public.inbox" share one lock; the first
-	// int4 ("winb") keeps it apart from other advisory locks. A transaction-level advisory
-	// lock ends with its transaction: a session lock would stay on the server connection
-	// that took it when a pooler in transaction mode runs the unlock on another.
-	CleanupTxLock: `SELECT pg_try_advisory_xact_lock(2003398242, $1::text::regclass::oid::int)::int`,
-	// regclass parses the quoted name, so the lock follows the table, not its spelling.
-	CleanupLockKey: func(t Table) any { return t.Quoted },
+		// By ctid, the row's physical address: the subquery finds the batch through the
+		// processed_at index, the DELETE goes straight to each row.
+		Cleanup:    `DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`,
+		Expired:    `SELECT count(*) FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond'`,
+		CleanupAge: func(olderThan time.Duration) any { return olderThan.Microseconds() },
+		// The key is the table's OID, so "inbox" and "public.inbox" share one lock; the first
+		// int4 ("winb") keeps it apart from other advisory locks. A transaction-level advisory
+		// lock ends with its transaction: a session lock would stay on the server connection
+		// that took it when a pooler in transaction mode runs the unlock on another.
+		CleanupTxLock: `SELECT pg_try_advisory_xact_lock(2003398242, $1::text::regclass::oid::int)::int`,
+		// regclass parses the quoted name, so the lock follows the table, not its spelling.
+		CleanupLockKey: func(t Table) any { return t.Quoted },
 
-	TableSize: func(t Table) []SizeQuery {
-		return []SizeQuery{{
-			SQL:  `SELECT pg_total_relation_size($1::text::regclass)`,
-			Args: []any{t.Quoted},
-			Note: "pg_total_relation_size",
-		}}
-	},
+		TableSize: func(t Table) []SizeQuery {
+			return []SizeQuery{{
+				SQL:  `SELECT pg_total_relation_size($1::text::regclass)`,
+				Args: []any{t.Quoted},
+				Note: "pg_total_relation_size",
+			}}
+		},
+	}
 }
 
 // postgresDescribe describes the table named by $1 (quoted, found on the search path as the

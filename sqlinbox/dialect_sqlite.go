@@ -8,21 +8,22 @@ import (
 	"time"
 )
 
-// SQLite is SQLite 3.24 or later, through modernc.org/sqlite or github.com/mattn/go-sqlite3.
+// SQLite returns the dialect of SQLite 3.24 or later, through modernc.org/sqlite or github.com/mattn/go-sqlite3.
 // Open the database with a busy timeout (modernc.org/sqlite: _pragma=busy_timeout(10000)) so
 // concurrent writers wait for each other instead of failing with SQLITE_BUSY. The claim is
 // the transaction's first statement, so it takes the write lock at once; a duplicate fails
 // it with SQLITE_CONSTRAINT_PRIMARYKEY, which ends the statement but not the transaction.
-var SQLite = Dialect{
-	Name:          "sqlite",
-	ValidateTable: ValidateTableName,
-	QuoteIdentifier: func(identifier string) string {
-		return `"` + identifier + `"`
-	},
-	// SQLite puts the schema on the index's name rather than on its table.
-	Schema: func(t Table) []string {
-		return []string{
-			render(`CREATE TABLE IF NOT EXISTS %s (
+func SQLite() Dialect {
+	return Dialect{
+		Name:          "sqlite",
+		ValidateTable: ValidateTableName,
+		QuoteIdentifier: func(identifier string) string {
+			return `"` + identifier + `"`
+		},
+		// SQLite puts the schema on the index's name rather than on its table.
+		Schema: func(t Table) []string {
+			return []string{
+				render(`CREATE TABLE IF NOT EXISTS %s (
 	consumer     TEXT NOT NULL,
 	message_id   TEXT NOT NULL,
 	processed_at TEXT NOT NULL DEFAULT (strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')),
@@ -30,59 +31,60 @@ var SQLite = Dialect{
 	produced     BLOB,
 	PRIMARY KEY (consumer, message_id)
 ) WITHOUT ROWID`, t),
-			`CREATE INDEX IF NOT EXISTS ` + sqliteIndex(t) + ` ON "` + t.Name + `" (processed_at)`,
-		}
-	},
-
-	TableCheck: &TableCheck{
-		Describe: func(t Table) (string, []any) {
-			schema := t.Schema
-			if schema == "" {
-				schema = "main"
+				`CREATE INDEX IF NOT EXISTS ` + sqliteIndex(t) + ` ON "` + t.Name + `" (processed_at)`,
 			}
-			return sqliteDescribe, []any{t.Name, schema}
 		},
-		KeyType:   "TEXT or BLOB with the BINARY collation (no COLLATE NOCASE or RTRIM)",
-		BytesType: "BLOB",
-		TimeType:  "TEXT",
-	},
 
-	Insert:         `INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)`,
-	Prior:          `SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?`,
-	Record:         `UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?`,
-	IsDuplicateKey: sqliteDuplicateKey,
+		TableCheck: &TableCheck{
+			Describe: func(t Table) (string, []any) {
+				schema := t.Schema
+				if schema == "" {
+					schema = "main"
+				}
+				return sqliteDescribe, []any{t.Name, schema}
+			},
+			KeyType:   "TEXT or BLOB with the BINARY collation (no COLLATE NOCASE or RTRIM)",
+			BytesType: "BLOB",
+			TimeType:  "TEXT",
+		},
 
-	// A pragma takes no parameters; the value is a number we format.
-	LockTimeout: func(timeout time.Duration) (string, []any) {
-		return "PRAGMA busy_timeout = " + strconv.FormatInt(max(timeout.Milliseconds(), 1), 10), nil
-	},
+		Insert:         `INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)`,
+		Prior:          `SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?`,
+		Record:         `UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?`,
+		IsDuplicateKey: sqliteDuplicateKey,
 
-	// The table is WITHOUT ROWID: delete by primary key. SQLite's single writer runs one
-	// batch at a time, so cleanups take no lock.
-	Cleanup: `DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`,
-	Expired: `SELECT COUNT(*) FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?)`,
-	// A date modifier such as "-3600.000000 seconds".
-	CleanupAge: func(olderThan time.Duration) any {
-		micros := olderThan.Microseconds()
-		return fmt.Sprintf("-%d.%06d seconds", micros/1e6, micros%1e6)
-	},
+		// A pragma takes no parameters; the value is a number we format.
+		LockTimeout: func(timeout time.Duration) (string, []any) {
+			return "PRAGMA busy_timeout = " + strconv.FormatInt(max(timeout.Milliseconds(), 1), 10), nil
+		},
 
-	// dbstat counts the pages of the table and its index; without it (a build without
-	// SQLITE_ENABLE_DBSTAT_VTAB, or another schema than main), the file's size.
-	TableSize: func(t Table) []SizeQuery {
-		var sizes []SizeQuery
-		if t.Schema == "" || t.Schema == "main" {
-			sizes = append(sizes, SizeQuery{
-				SQL:  "SELECT SUM(pgsize) FROM dbstat WHERE name IN (?, ?)",
-				Args: []any{t.Name, indexName(t.Name)},
-				Note: "dbstat",
+		// The table is WITHOUT ROWID: delete by primary key. SQLite's single writer runs one
+		// batch at a time, so cleanups take no lock.
+		Cleanup: `DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`,
+		Expired: `SELECT COUNT(*) FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?)`,
+		// A date modifier such as "-3600.000000 seconds".
+		CleanupAge: func(olderThan time.Duration) any {
+			micros := olderThan.Microseconds()
+			return fmt.Sprintf("-%d.%06d seconds", micros/1e6, micros%1e6)
+		},
+
+		// dbstat counts the pages of the table and its index; without it (a build without
+		// SQLITE_ENABLE_DBSTAT_VTAB, or another schema than main), the file's size.
+		TableSize: func(t Table) []SizeQuery {
+			var sizes []SizeQuery
+			if t.Schema == "" || t.Schema == "main" {
+				sizes = append(sizes, SizeQuery{
+					SQL:  "SELECT SUM(pgsize) FROM dbstat WHERE name IN (?, ?)",
+					Args: []any{t.Name, indexName(t.Name)},
+					Note: "dbstat",
+				})
+			}
+			return append(sizes, SizeQuery{
+				SQL:  "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+				Note: "the whole database file: page_count * page_size",
 			})
-		}
-		return append(sizes, SizeQuery{
-			SQL:  "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
-			Note: "the whole database file: page_count * page_size",
-		})
-	},
+		},
+	}
 }
 
 // sqliteDescribe describes the table (name ?1 in schema ?2) for TableCheck. A key column's

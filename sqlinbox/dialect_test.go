@@ -38,12 +38,12 @@ func TestSchemaSQL(t *testing.T) {
 		wantPrefix string
 		wantParts  []string
 	}{
-		{sqlinbox.Postgres, "billing.inbox", `CREATE TABLE IF NOT EXISTS "billing"."inbox" (`,
+		{sqlinbox.Postgres(), "billing.inbox", `CREATE TABLE IF NOT EXISTS "billing"."inbox" (`,
 			[]string{`message_id   varchar(255) COLLATE "C" NOT NULL`, "PRIMARY KEY (consumer, message_id)",
 				`CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "billing"."inbox" (processed_at)`}},
-		{sqlinbox.MySQL, "inbox", "CREATE TABLE IF NOT EXISTS `inbox` (",
+		{sqlinbox.MySQL(), "inbox", "CREATE TABLE IF NOT EXISTS `inbox` (",
 			[]string{"message_id   VARBINARY(255) NOT NULL", "PRIMARY KEY (consumer, message_id)", "INDEX processed_at (processed_at)", "ENGINE=InnoDB"}},
-		{sqlinbox.SQLite, "main.inbox", `CREATE TABLE IF NOT EXISTS "main"."inbox" (`,
+		{sqlinbox.SQLite(), "main.inbox", `CREATE TABLE IF NOT EXISTS "main"."inbox" (`,
 			[]string{"strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "PRIMARY KEY (consumer, message_id)", "WITHOUT ROWID",
 				`CREATE INDEX IF NOT EXISTS "main"."inbox_processed_at" ON "inbox" (processed_at)`}},
 	}
@@ -69,18 +69,18 @@ func TestSchemaSQL(t *testing.T) {
 	if _, err := sqlinbox.SchemaSQL(sqlinbox.Dialect{Name: "oracle"}, "inbox"); err == nil {
 		t.Error("incomplete dialect: no error")
 	}
-	if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres, "inbox; DROP TABLE x"); !errors.Is(err, inbox.ErrInvalidTableName) {
+	if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres(), "inbox; DROP TABLE x"); !errors.Is(err, inbox.ErrInvalidTableName) {
 		t.Errorf("bad table: err = %v, want ErrInvalidTableName", err)
 	}
 }
 
 func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 	for _, table := range []string{"inbox; DROP TABLE users", `x" OR "1"="1`, "a.b.c", "1x"} {
-		if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres, table); !errors.Is(err, inbox.ErrInvalidTableName) {
+		if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres(), table); !errors.Is(err, inbox.ErrInvalidTableName) {
 			t.Errorf("SchemaSQL(%q): err = %v, want ErrInvalidTableName", table, err)
 		}
 	}
-	if _, err := sqlinbox.New(nil, sqlinbox.SQLite, sqlinbox.Config{}); err == nil {
+	if _, err := sqlinbox.New(nil, sqlinbox.SQLite(), sqlinbox.Config{}); err == nil {
 		t.Error("New with a nil db accepted")
 	}
 	if _, err := sqlinbox.NewPgx(nil, sqlinbox.Config{}); err == nil {
@@ -89,7 +89,7 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 	if _, err := sqlinbox.SchemaSQL(sqlinbox.Dialect{}, "inbox"); err == nil {
 		t.Error("zero Dialect accepted")
 	}
-	noInsert := sqlinbox.SQLite
+	noInsert := sqlinbox.SQLite()
 	noInsert.Insert = ""
 	if _, err := sqlinbox.SchemaSQL(noInsert, "inbox"); err == nil || !strings.Contains(err.Error(), "Insert") {
 		t.Errorf("dialect without Insert: err = %v, want one naming Insert", err)
@@ -97,10 +97,10 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 
 	// MultiStatements needs a dialect with a Batch, and a store made by New.
 	multi := sqlinbox.Config{MultiStatements: true}
-	if _, err := sqlinbox.New(new(sql.DB), sqlinbox.SQLite, multi); err == nil || !strings.Contains(err.Error(), "Batch") {
+	if _, err := sqlinbox.New(new(sql.DB), sqlinbox.SQLite(), multi); err == nil || !strings.Contains(err.Error(), "Batch") {
 		t.Errorf("New(SQLite) with MultiStatements: err = %v, want one naming Batch", err)
 	}
-	if _, err := sqlinbox.New(new(sql.DB), sqlinbox.MySQL, multi); err != nil {
+	if _, err := sqlinbox.New(new(sql.DB), sqlinbox.MySQL(), multi); err != nil {
 		t.Errorf("New(MySQL) with MultiStatements: %v", err)
 	}
 	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/never-dialled")
@@ -118,9 +118,9 @@ func TestQuoteTable(t *testing.T) {
 		dialect     sqlinbox.Dialect
 		table, want string
 	}{
-		{sqlinbox.Postgres, "billing.Inbox", `"billing"."Inbox"`},
-		{sqlinbox.MySQL, "test.inbox", "`test`.`inbox`"},
-		{sqlinbox.SQLite, "inbox", `"inbox"`},
+		{sqlinbox.Postgres(), "billing.Inbox", `"billing"."Inbox"`},
+		{sqlinbox.MySQL(), "test.inbox", "`test`.`inbox`"},
+		{sqlinbox.SQLite(), "inbox", `"inbox"`},
 	} {
 		got, err := tt.dialect.QuoteTable(tt.table)
 		if err != nil || got != tt.want {

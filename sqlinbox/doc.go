@@ -2,9 +2,9 @@
 // on PostgreSQL, MySQL/MariaDB or SQLite, whose primary key (consumer, message_id) is the
 // only duplicate check. Build one and hand it to inbox.NewMiddleware:
 //
-//	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{})             // PostgreSQL, pgx: handlers get a pgx.Tx
-//	store, err := sqlinbox.New(db, sqlinbox.MySQL, sqlinbox.Config{})   // database/sql: handlers get a *sql.Tx
-//	err = store.InitializeSchema(ctx)                                  // CREATE TABLE IF NOT EXISTS inbox ...
+//	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{})               // PostgreSQL, pgx: handlers get a pgx.Tx
+//	store, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{}) // database/sql: handlers get a *sql.Tx
+//	err = store.InitializeSchema(ctx)                                    // CREATE TABLE IF NOT EXISTS inbox ...
 //
 // Each message's claim, the handler's writes and COMMIT then run in one transaction of the
 // store's pool; a claim that finds its key committed is a duplicate, acked without the
@@ -38,11 +38,12 @@
 // # Adding a dialect
 //
 // A dialect is one Dialect value: dialect_postgres.go, dialect_mysql.go and dialect_sqlite.go
-// each hold one, with all of that database's SQL, how to recognise its duplicate-key
-// error, and the catalog query (TableCheck) by which every store refuses a table that cannot
-// guard against duplicates (ErrTableMismatch). A new one is a file like them, here or in a module of your own, given to New; run
-// the conformance suite (package inboxtest) on a store built with it. The command
-// watermill-inbox needs one more entry in its table of openers (a driver and its DSN form).
+// each hold the function that returns one, with all of that database's SQL, how to
+// recognise its duplicate-key error, and the catalog query (TableCheck) by which every store
+// refuses a table that cannot guard against duplicates (ErrTableMismatch). A new one is a
+// file like them, here or in a module of your own, given to New; run the conformance suite
+// (package inboxtest) on a store built with it. The command watermill-inbox needs one more
+// entry in its table of openers (a driver and its DSN form).
 //
 // # Privileges
 //

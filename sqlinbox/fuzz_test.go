@@ -40,7 +40,7 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 			dialect sqlinbox.Dialect
 			quote   string
 		}{
-			{sqlinbox.Postgres, `"`}, {sqlinbox.SQLite, `"`}, {sqlinbox.MySQL, "`"},
+			{sqlinbox.Postgres(), `"`}, {sqlinbox.SQLite(), `"`}, {sqlinbox.MySQL(), "`"},
 		} {
 			quoted, qErr := d.dialect.QuoteTable(name)
 			if (qErr == nil) != (err == nil) {

@@ -62,7 +62,7 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*PgxStore, error) {
 	if config.MultiStatements {
 		return nil, errors.New("sqlinbox: NewPgx: Config.MultiStatements is for stores made by New; pgx sends a write-behind message in one batch without it")
 	}
-	sql, err := newStatements(Postgres, config)
+	sql, err := newStatements(Postgres(), config)
 	if err != nil {
 		return nil, err
 	}

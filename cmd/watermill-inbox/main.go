@@ -274,9 +274,9 @@ type opener struct {
 
 // openers is the one table of the dialects the command knows, and of their names.
 var openers = []opener{
-	{[]string{"postgres", "postgresql"}, nil, sqlinbox.Postgres, "pgx", func(dsn string, _ bool) (string, error) { return dsn, nil }},
-	{[]string{"mysql", "mariadb"}, nil, sqlinbox.MySQL, "mysql", mysqlDSN},
-	{[]string{"sqlite", "sqlite3"}, []string{"file:"}, sqlinbox.SQLite, "sqlite", sqliteDSN},
+	{[]string{"postgres", "postgresql"}, nil, sqlinbox.Postgres(), "pgx", func(dsn string, _ bool) (string, error) { return dsn, nil }},
+	{[]string{"mysql", "mariadb"}, nil, sqlinbox.MySQL(), "mysql", mysqlDSN},
+	{[]string{"sqlite", "sqlite3"}, []string{"file:"}, sqlinbox.SQLite(), "sqlite", sqliteDSN},
 }
 
 // lookup returns the opener that name (a -dialect value) selects.

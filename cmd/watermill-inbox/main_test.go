@@ -51,13 +51,13 @@ func TestSchemaPrintsTheLibrarysDDL(t *testing.T) {
 		dialect sqlinbox.Dialect
 		table   string
 	}{
-		{[]string{"-dialect", "postgres"}, sqlinbox.Postgres, "inbox"},
-		{[]string{"-dialect", "mysql", "-table", "billing.inbox"}, sqlinbox.MySQL, "billing.inbox"},
-		{[]string{"-dialect", "sqlite", "-table", "Inbox_2"}, sqlinbox.SQLite, "Inbox_2"},
+		{[]string{"-dialect", "postgres"}, sqlinbox.Postgres(), "inbox"},
+		{[]string{"-dialect", "mysql", "-table", "billing.inbox"}, sqlinbox.MySQL(), "billing.inbox"},
+		{[]string{"-dialect", "sqlite", "-table", "Inbox_2"}, sqlinbox.SQLite(), "Inbox_2"},
 		// The dialect from the DSN's scheme; schema does not connect.
-		{[]string{"-dsn", "postgresql://nobody@127.0.0.1:1/none"}, sqlinbox.Postgres, "inbox"},
-		{[]string{"-dsn", "mysql://nobody@tcp(127.0.0.1:1)/none"}, sqlinbox.MySQL, "inbox"},
-		{[]string{"-dsn", "file:/nonexistent/inbox.db"}, sqlinbox.SQLite, "inbox"},
+		{[]string{"-dsn", "postgresql://nobody@127.0.0.1:1/none"}, sqlinbox.Postgres(), "inbox"},
+		{[]string{"-dsn", "mysql://nobody@tcp(127.0.0.1:1)/none"}, sqlinbox.MySQL(), "inbox"},
+		{[]string{"-dsn", "file:/nonexistent/inbox.db"}, sqlinbox.SQLite(), "inbox"},
 	} {
 		code, stdout, stderr := cli(t, append([]string{"schema"}, tt.args...)...)
 		want, err := sqlinbox.SchemaSQL(tt.dialect, tt.table)
@@ -73,7 +73,7 @@ func TestSchemaPrintsTheLibrarysDDL(t *testing.T) {
 func TestDSNFromTheEnvironment(t *testing.T) {
 	t.Setenv(dsnVar, "mysql://nobody@tcp(127.0.0.1:1)/none")
 	code, stdout, _ := cli(t, "schema")
-	if want, _ := sqlinbox.SchemaSQL(sqlinbox.MySQL, "inbox"); code != 0 || stdout != want {
+	if want, _ := sqlinbox.SchemaSQL(sqlinbox.MySQL(), "inbox"); code != 0 || stdout != want {
 		t.Errorf("schema with %s: exit %d, stdout %q", dsnVar, code, stdout)
 	}
 }
@@ -235,7 +235,7 @@ func insert(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, table, consumer 
 	var args []any
 	for i := range n {
 		p1, p2 := "?", "?"
-		if dialect.Name == sqlinbox.Postgres.Name {
+		if dialect.Name == sqlinbox.Postgres().Name {
 			p1, p2 = fmt.Sprintf("$%d", 2*i+1), fmt.Sprintf("$%d", 2*i+2)
 		}
 		values = append(values, "("+p1+", "+p2+", "+age+")")

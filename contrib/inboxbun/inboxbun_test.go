@@ -36,8 +36,8 @@ type database struct {
 }
 
 var databases = []database{
-	{"PostgreSQL", "pgx", testenv.PostgresURL, sqlinbox.Postgres, func() schema.Dialect { return pgdialect.New() }},
-	{"MariaDB", "mysql", testenv.MySQLDSN, sqlinbox.MySQL, func() schema.Dialect { return mysqldialect.New() }},
+	{"PostgreSQL", "pgx", testenv.PostgresURL, sqlinbox.Postgres(), func() schema.Dialect { return pgdialect.New() }},
+	{"MariaDB", "mysql", testenv.MySQLDSN, sqlinbox.MySQL(), func() schema.Dialect { return mysqldialect.New() }},
 }
 
 type fixture struct {

@@ -32,8 +32,8 @@ type database struct {
 }
 
 var databases = []database{
-	{"PostgreSQL", "pgx", testenv.PostgresURL, sqlinbox.Postgres},
-	{"MariaDB", "mysql", testenv.MySQLDSN, sqlinbox.MySQL},
+	{"PostgreSQL", "pgx", testenv.PostgresURL, sqlinbox.Postgres()},
+	{"MariaDB", "mysql", testenv.MySQLDSN, sqlinbox.MySQL()},
 }
 
 // fixture is an inbox on one database, the application's *sqlx.DB on the same *sql.DB, and

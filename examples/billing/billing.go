@@ -68,7 +68,7 @@ const (
 	SQLite   = "sqlite"
 )
 
-var dialects = map[string]sqlinbox.Dialect{Postgres: sqlinbox.Postgres, SQLite: sqlinbox.SQLite}
+var dialects = map[string]sqlinbox.Dialect{Postgres: sqlinbox.Postgres(), SQLite: sqlinbox.SQLite()}
 
 // NewInvoices returns the invoice writer for table in dialect (Postgres or SQLite). The
 // table name is validated and quoted like the inbox's.

@@ -256,7 +256,7 @@ func (s *System) Close() error {
 
 // DropTables drops every table the system creates, its own and watermill-sql's.
 func (s *System) DropTables(ctx context.Context, pool *pgxpool.Pool) error {
-	quotedInbox, err := sqlinbox.Postgres.QuoteTable(s.InboxTable)
+	quotedInbox, err := sqlinbox.Postgres().QuoteTable(s.InboxTable)
 	if err != nil {
 		return err
 	}

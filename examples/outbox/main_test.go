@@ -385,7 +385,7 @@ func checkDatabase(t *testing.T, pool *pgxpool.Pool, s *System, p *probe, commit
 		fail("%d invoices for %d distinct orders, want one for each of %d orders", counts.Invoices, counts.Orders, orders)
 	}
 
-	quotedInbox, err := sqlinbox.Postgres.QuoteTable(s.InboxTable)
+	quotedInbox, err := sqlinbox.Postgres().QuoteTable(s.InboxTable)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func run(postgres string, orders int) error {
 		// The tables watermill-sql created for the topic.
 		Remove: func(ctx context.Context) error {
 			for _, table := range []string{"watermill_" + topic, "watermill_offsets_" + topic} {
-				quoted, err := sqlinbox.Postgres.QuoteTable(table)
+				quoted, err := sqlinbox.Postgres().QuoteTable(table)
 				if err != nil {
 					return err
 				}

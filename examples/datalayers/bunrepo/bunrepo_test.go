@@ -21,7 +21,7 @@ func TestBun(t *testing.T) {
 	if _, err := db.NewCreateTable().Model((*bunrepo.Invoice)(nil)).Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlinbox.New(sqlDB, sqlinbox.Postgres, sqlinbox.Config{})
+	store, err := sqlinbox.New(sqlDB, sqlinbox.Postgres(), sqlinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

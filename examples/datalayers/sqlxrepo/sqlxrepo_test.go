@@ -21,7 +21,7 @@ func TestSQLX(t *testing.T) {
 	if _, err := db.Exec(layertest.InvoicesDDL); err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlinbox.New(sqlDB, sqlinbox.Postgres, sqlinbox.Config{})
+	store, err := sqlinbox.New(sqlDB, sqlinbox.Postgres(), sqlinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := store.InitializeSchema(ctx); err != nil {
 		return err
 	}
-	quotedInbox, err := sqlinbox.Postgres.QuoteTable(inboxTable)
+	quotedInbox, err := sqlinbox.Postgres().QuoteTable(inboxTable)
 	if err != nil {
 		return err
 	}

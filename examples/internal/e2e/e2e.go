@@ -125,7 +125,7 @@ func Pool(t *testing.T) *pgxpool.Pool {
 // DropTable drops table when the test ends.
 func DropTable(t *testing.T, pool *pgxpool.Pool, table string) {
 	t.Helper()
-	quoted, err := sqlinbox.Postgres.QuoteTable(table)
+	quoted, err := sqlinbox.Postgres().QuoteTable(table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func checkDatabase(t *testing.T, pool *pgxpool.Pool, invoices *billing.Invoices,
 		t.Errorf("%d invoices for %d distinct orders, want exactly one for each of %d orders",
 			counts.Invoices, counts.Orders, len(orders))
 	}
-	quoted, _ := sqlinbox.Postgres.QuoteTable(inboxTable)
+	quoted, _ := sqlinbox.Postgres().QuoteTable(inboxTable)
 	rows, err := pool.Query(ctx, "SELECT message_id FROM "+quoted+" WHERE consumer = $1", Consumer)
 	if err != nil {
 		t.Fatal(err)
