@@ -12,21 +12,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Cleanup deletes the claims older than olderThan, by the database's clock (the one that set
-// processed_at), of every consumer, in batches of config.BatchSize rows, each its own
-// transaction, until a batch finds fewer; it returns the number of rows deleted, also when
-// it stops early with an error (a cancelled ctx, a failed statement).
-//
-// One cleanup of a table runs at a time across every process: Cleanup takes a PostgreSQL
-// transaction-level advisory lock, keyed by the table's OID, in a transaction that it keeps
-// open on one pool connection for the whole pass, and returns ErrCleanupBusy at once if
-// another cleanup holds it. The batches run on the pool's other connections, so a pass uses
-// two at a time: a pool of one connection is refused. The lock ends with its transaction:
-// at the end of the pass, and also when the cleaner is killed or its connection lost, and a
-// pooler in transaction mode keeps that transaction on one server connection.
-//
-// A row deleted while a copy of its message can still arrive lets that copy be processed
-// again: choose olderThan longer than the longest redelivery path (docs/operating.md).
+// Cleanup implements Cleaner. Its lock is a PostgreSQL transaction-level advisory lock,
+// keyed by the table's OID, in a transaction that it keeps open on one pool connection for
+// the whole pass; the batches run on the pool's other connections, so a pass uses two at a
+// time: a pool of one connection is refused. The lock ends with its transaction: at the end
+// of the pass, and also when the cleaner is killed or its connection lost, and a pooler in
+// transaction mode keeps that transaction on one server connection.
 func (s *PgxStore) Cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig) (int64, error) {
 	return s.cleanup(ctx, olderThan, config, nil)
 }

@@ -18,6 +18,26 @@ import (
 // copy of its message can still arrive. Cleanup deletes the rows older than a retention, of
 // every consumer (also of consumers that no longer exist), in bounded batches.
 
+// Cleaner deletes claims older than a retention. PgxStore and SQLStore implement it.
+type Cleaner interface {
+	// Cleanup deletes the claims older than olderThan, by the database's clock (the one
+	// that set processed_at), of every consumer, in batches of config.BatchSize rows, each
+	// its own transaction, until a batch finds fewer; it returns the number of rows
+	// deleted, also when it stops early with an error (a cancelled ctx, a failed
+	// statement). One cleanup of a table runs at a time: a cleanup that finds another
+	// holding the table's lock returns ErrCleanupBusy at once, having deleted nothing.
+	//
+	// A row deleted while a copy of its message can still arrive lets that copy be
+	// processed again: choose olderThan longer than the longest redelivery path
+	// (docs/operating.md).
+	Cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig) (deleted int64, err error)
+}
+
+var (
+	_ Cleaner = (*PgxStore)(nil)
+	_ Cleaner = (*SQLStore)(nil)
+)
+
 // DefaultCleanupBatchSize is the number of rows one cleanup statement deletes when
 // CleanupConfig.BatchSize is 0.
 const DefaultCleanupBatchSize = 10_000

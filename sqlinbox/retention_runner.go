@@ -19,16 +19,6 @@ const DefaultRetentionInterval = time.Hour
 // RetentionConfig.RetryDelay is 0.
 const DefaultRetentionRetryDelay = 10 * time.Second
 
-// Cleaner deletes claims older than a retention. PgxStore and SQLStore implement it.
-type Cleaner interface {
-	Cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig) (deleted int64, err error)
-}
-
-var (
-	_ Cleaner = (*PgxStore)(nil)
-	_ Cleaner = (*SQLStore)(nil)
-)
-
 // RetentionConfig configures a RetentionRunner.
 type RetentionConfig struct {
 	// Retention is how long a claim is kept: a pass deletes the rows whose processed_at is

@@ -11,23 +11,14 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Cleanup deletes the claims older than olderThan, by the database's clock (the one that set
-// processed_at), of every consumer, in batches of config.BatchSize rows, each its own
-// transaction, until a batch finds fewer; it returns the number of rows deleted, also when
-// it stops early with an error (a cancelled ctx, a failed statement).
-//
-// One cleanup of a table runs at a time, and Cleanup returns ErrCleanupBusy at once if
-// another cleanup holds the table's lock. On PostgreSQL the lock is a transaction-level
-// advisory lock keyed by the table's OID, in a transaction kept open on one connection for
-// the pass while the batches run on the pool's other connections (a pool limited to one
-// open connection is refused); it ends with its transaction, also when the cleaner is killed,
-// its connection lost, or a pooler in transaction mode sits between. On MySQL/MariaDB it is
-// a named lock (GET_LOCK) for the database and table, a session lock taken, used and
-// released on the one connection the pass runs on. SQLite takes no lock: its single writer
-// runs one batch at a time.
-//
-// A row deleted while a copy of its message can still arrive lets that copy be processed
-// again: choose olderThan longer than the longest redelivery path (docs/operating.md).
+// Cleanup implements Cleaner. On PostgreSQL its lock is a transaction-level advisory lock
+// keyed by the table's OID, in a transaction kept open on one connection for the pass while
+// the batches run on the pool's other connections (a pool limited to one open connection is
+// refused); it ends with its transaction, also when the cleaner is killed, its connection
+// lost, or a pooler in transaction mode sits between. On MySQL/MariaDB it is a named lock
+// (GET_LOCK) for the database and table, a session lock taken, used and released on the one
+// connection the pass runs on. SQLite takes no lock: its single writer runs one batch at a
+// time.
 func (s *SQLStore) Cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig) (int64, error) {
 	return s.cleanup(ctx, olderThan, config, nil)
 }
