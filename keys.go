@@ -11,7 +11,8 @@ import (
 
 // claimOf decides what the message is claimed as: its consumer (Config.Consumer, or else
 // the router handler's name, mapped by ConsumerFromHandler), its key (Config.Key, checked
-// against what every dialect can store) and its fingerprint. An error nacks the message.
+// against what every dialect can store) and its fingerprint. An error nacks the message;
+// with a bad key, the claim still names its consumer, for the metrics of the failure.
 func (c Config) claimOf(msg *message.Message, handler string) (Claim, error) {
 	consumer, err := c.consumer(handler)
 	if err != nil {
@@ -19,7 +20,7 @@ func (c Config) claimOf(msg *message.Message, handler string) (Claim, error) {
 	}
 	key, err := c.key(msg)
 	if err != nil {
-		return Claim{}, err
+		return Claim{Consumer: consumer}, err
 	}
 	return Claim{Consumer: consumer, Key: key, Fingerprint: c.Fingerprint(msg)}, nil
 }
