@@ -402,13 +402,18 @@ func (s *PgxStore) CheckTable(ctx context.Context) error {
 	return s.sql.guard.check(ctx, s.sql.table, s.describe)
 }
 
+// describe reads the table's shape in a transaction of its own: behind a pooler in
+// transaction mode, a statement that the driver sends in steps (pgx's describe-exec mode)
+// could otherwise have its steps run on two server connections and fail.
 func (s *PgxStore) describe(ctx context.Context) error {
-	return describeTable(ctx, s.sql.dialect.TableCheck, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
-		rows, err := s.pool.Query(ctx, text, args...)
-		if err != nil {
-			return nil, err
-		}
-		return pgxRows{rows}, nil
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return describeTable(ctx, s.sql.dialect.TableCheck, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
+			rows, err := tx.Query(ctx, text, args...)
+			if err != nil {
+				return nil, err
+			}
+			return pgxRows{rows}, nil
+		})
 	})
 }
 
