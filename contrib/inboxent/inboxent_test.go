@@ -10,7 +10,6 @@ import (
 	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -207,24 +206,7 @@ func TestDriverWithoutAnInboxTransaction(t *testing.T) {
 		check("no dialect", msg.Context(), "")
 		return nil
 	}))
-	pool, err := pgxpool.New(context.Background(), testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	table := testenv.Name("inbox")
-	pgxStore, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pgxStore.InitializeSchema(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) })
-	mw, err := inbox.NewMiddleware(pgxStore, inbox.Config{Consumer: "billing"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mw := testenv.PgxInboxMiddleware(t)
 	run(mw(func(msg *message.Message) ([]*message.Message, error) {
 		ran++
 		check("a pgx transaction", msg.Context(), dialect.Postgres)

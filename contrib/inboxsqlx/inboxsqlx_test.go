@@ -8,7 +8,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 
@@ -217,24 +216,7 @@ func TestTxWithoutAnInboxTransaction(t *testing.T) {
 		}
 		return nil
 	}))
-	pool, err := pgxpool.New(context.Background(), testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	table := testenv.Name("inbox")
-	pgxStore, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pgxStore.InitializeSchema(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) })
-	mw, err := inbox.NewMiddleware(pgxStore, inbox.Config{Consumer: "billing"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mw := testenv.PgxInboxMiddleware(t)
 	run(mw(func(msg *message.Message) ([]*message.Message, error) {
 		ran++
 		check("a pgx transaction", msg.Context(), f.db)
