@@ -23,7 +23,7 @@ type delivery struct {
 	outcome  string
 
 	handler string
-	claim   Claim // what the message is claimed as, once identify has succeeded
+	claim   Claim // what the message is claimed as; set by identify
 	attrs   *measurementOptions
 	begun   time.Time
 }
