@@ -9,6 +9,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -105,12 +107,17 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer pool.Exec(context.WithoutCancel(ctx), invoices.DropTableSQL())
 
-	// Counters for the table printed at the end.
+	// Counters for the table printed at the end. A delivery counts once it is done and about
+	// to be acked, so that the router is closed only when no copy is still in flight: a copy
+	// cancelled by the close would fail every retry and be poisoned.
 	var deliveries, processed atomic.Int64
 	count := func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			deliveries.Add(1)
-			return h(msg)
+			out, err := h(msg)
+			if err == nil {
+				deliveries.Add(1)
+			}
+			return out, err
 		}
 	}
 	handle := func(msg *message.Message) error {
@@ -190,7 +197,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		fmt.Fprintf(o.Out, "left in place: %s\n", o.Leaves)
 	}
 	if n := poisoned.Count(); n > 0 {
-		return fmt.Errorf("%d messages poisoned", n)
+		return fmt.Errorf("%d messages poisoned: %s", n, strings.Join(poisoned.Reasons(), "; "))
 	}
 	if counts.Invoices != o.Orders {
 		return fmt.Errorf("%d invoices for %d orders", counts.Invoices, o.Orders)
@@ -290,6 +297,20 @@ func (h *Held) Publish(_ string, msgs ...*message.Message) error {
 
 // Close does nothing.
 func (h *Held) Close() error { return nil }
+
+// Reasons returns the distinct reasons the poison queue recorded on the messages, in the order
+// first seen.
+func (h *Held) Reasons() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var reasons []string
+	for _, msg := range h.msgs {
+		if r := msg.Metadata.Get(middleware.ReasonForPoisonedKey); !slices.Contains(reasons, r) {
+			reasons = append(reasons, r)
+		}
+	}
+	return reasons
+}
 
 // Count returns how many messages were published to h.
 func (h *Held) Count() int {
