@@ -25,6 +25,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -122,6 +123,8 @@ type App struct {
 	opts Options
 	mu   sync.Mutex
 	runs map[string]int // IssueInvoice runs per order
+
+	inFlight atomic.Int64 // deliveries begun and not yet done
 }
 
 // Tables are the App's tables.
@@ -225,6 +228,15 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 	if a.Router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger); err != nil {
 		return nil, err
 	}
+	// Not part of the stack: counts the deliveries in flight, so that a run closes the
+	// router only when none is, and no copy is cancelled into the poison queue.
+	a.Router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			a.inFlight.Add(1)
+			defer a.inFlight.Add(-1)
+			return h(msg)
+		}
+	})
 	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
 	a.Router.AddMiddleware(
 		poisonQueue,                        // outermost: takes what every retry failed
@@ -460,7 +472,8 @@ func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Write
 			}
 		}
 	}
-	// Every receipt e-mailed and no message left waiting in a queue: the copies are through.
+	// Every receipt e-mailed, no message left waiting in a queue and none in a handler: the
+	// copies are through.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		emails, err := app.Count(ctx, app.Tables.Emails, "")
@@ -471,7 +484,7 @@ func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Write
 		if err != nil {
 			return err
 		}
-		if emails >= orders && empty {
+		if emails >= orders && empty && app.inFlight.Load() == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -508,7 +521,7 @@ func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Write
 		}
 	}
 	if n := app.Poisoned.Count(); n > 0 {
-		wrong = append(wrong, fmt.Sprintf("%d messages poisoned", n))
+		wrong = append(wrong, fmt.Sprintf("%d messages poisoned: %s", n, strings.Join(app.Poisoned.Reasons(), "; ")))
 	}
 	app.mu.Lock()
 	failedRuns := 0
