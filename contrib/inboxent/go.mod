@@ -1,6 +1,6 @@
 module github.com/inboxkit/watermill-inbox/contrib/inboxent
 
-go 1.26.0
+go 1.25.0
 
 require (
 	entgo.io/ent v0.14.5

@@ -1,6 +1,6 @@
 module github.com/inboxkit/watermill-inbox/contrib/inboxsqlx
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.3
