@@ -68,3 +68,25 @@ func KeyFromContext(ctx context.Context) (key string, ok bool) {
 	}
 	return c.key, true
 }
+
+// publishNowCtxKey marks a context that PublishNow returned.
+type publishNowCtxKey struct{}
+
+// PublishNow returns a copy of ctx under which a Publisher publishes at once, outside any
+// inbox transaction: for code that is not an inbox handler (an HTTP endpoint, a start-up job)
+// and publishes through the same Publisher, or the same cqrs buses, as the handlers:
+//
+//	err := commandBus.Send(inbox.PublishNow(r.Context()), cmd)
+//
+// Such a message is not recorded and is tied to no database change: it leaves even if what
+// the caller writes afterwards fails. Without PublishNow, a Publisher refuses a message whose
+// context carries no inbox claim (ErrNoHandlerContext). Inside a handler keep the handler's
+// context: PublishNow takes precedence over the claim there too.
+func PublishNow(ctx context.Context) context.Context {
+	return context.WithValue(ctx, publishNowCtxKey{}, true)
+}
+
+func publishesNow(ctx context.Context) bool {
+	now, _ := ctx.Value(publishNowCtxKey{}).(bool)
+	return now
+}

@@ -11,7 +11,7 @@
 // handler again. A copy whose key is committed already is acked without running the handler:
 //
 //	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{})
-//	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{}, logger)
+//	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, logger)
 //	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
 //		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
 //
@@ -50,6 +50,17 @@
 // Pub/Sub unchanged. Stores for PostgreSQL (pgx v5 or database/sql), MySQL/MariaDB and
 // SQLite are in the sqlinbox package.
 //
+// # Consumers
+//
+// Config.Consumer names whose effects a claim guards, and has no default. Handlers that
+// compete for the messages of one queue or consumer group (several router handlers on one
+// RabbitMQ queue, several processes in one Kafka, NATS or Redis Streams group) share one
+// consumer, so that a copy reaching any of them is recognised. Handlers that each must see
+// every message (fan-out, each on its own queue) need a consumer each: one middleware per
+// handler, or Config.ConsumerFromHandler with ConsumerByHandler's map. Nothing the middleware
+// sees tells the two apart: the router handler's name would run a copy again on every
+// competing handler, the topic would ack all but one fan-out handler's messages unprocessed.
+//
 // # Guarantees
 //
 // For every consumer, each key's database effects written through the inbox transaction
@@ -79,7 +90,10 @@
 // handler) does so through a Publisher: inside an inbox handler it records the messages
 // with the claim instead of publishing them, and the middleware publishes them after the
 // commit, and again for every duplicate. A handler that fails after publishing sends
-// nothing.
+// nothing. A message must carry the handler's context (cqrs buses pass it on; a handler
+// that builds a message calls msg.SetContext(handlerMsg.Context())): a Publisher refuses
+// one without (ErrNoHandlerContext), and publishes at once only under PublishNow, for code
+// that is not a handler.
 //
 // # Write-behind mode
 //

@@ -22,9 +22,13 @@ var (
 	// or contains a NUL byte, which not every database can store.
 	ErrInvalidKey = errors.New("inbox: idempotency key is not valid")
 
-	// ErrNoConsumer is returned when Config.Consumer is empty and the message did not
-	// come through a router handler, so there is no name to partition the inbox by.
-	ErrNoConsumer = errors.New("inbox: no consumer name: set Config.Consumer or run the middleware in a router handler")
+	// ErrNoConsumer is wrapped by the error of NewMiddleware for a Config with neither
+	// Consumer nor ConsumerFromHandler, and by the error for a message that
+	// ConsumerFromHandler gives no consumer (a router handler missing from
+	// ConsumerByHandler's map, a renamed one, say) or that came through no router handler.
+	// Such a message is nacked before any claim: it is never processed under a consumer
+	// nobody named.
+	ErrNoConsumer = errors.New("inbox: no consumer name")
 
 	// ErrInvalidConsumer is returned, wrapped with the reason, for a consumer name that
 	// is longer than MaxConsumerLength bytes, not valid UTF-8, or contains a NUL byte.
@@ -62,6 +66,12 @@ var (
 var (
 	// ErrNilPublisher is returned by NewPublisher when the publisher is nil.
 	ErrNilPublisher = errors.New("inbox: publisher is nil")
+
+	// ErrNoHandlerContext is wrapped by the error of Publisher.Publish for a message whose
+	// context carries no inbox claim and does not come from PublishNow: a message built in a
+	// handler without msg.SetContext(handlerMsg.Context()), which would otherwise leave
+	// before the commit, and also when the handler then fails. Nothing is published.
+	ErrNoHandlerContext = errors.New("inbox: message published through inbox.Publisher without an inbox handler's context")
 
 	// ErrEmptyMessageUUID is returned by Publisher.Publish inside a claim for a message with
 	// an empty UUID: downstream inboxes could not recognise its copies.

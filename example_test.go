@@ -45,7 +45,7 @@ func Example() {
 	logger := watermill.NopLogger{}
 	// Publish returns once the message is acked, which makes the output deterministic.
 	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
-	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{}, logger)
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, logger)
 	if err != nil {
 		panic(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// claimOf decides what the message is claimed as: its consumer (Config.Consumer, or else
-// the router handler's name, mapped by ConsumerFromHandler), its key (Config.Key, checked
+// claimOf decides what the message is claimed as: its consumer (Config.Consumer, or
+// ConsumerFromHandler's for the router handler), its key (Config.Key, checked
 // against what every dialect can store) and its fingerprint. An error nacks the message;
 // with a bad key, the claim still names its consumer, for the metrics of the failure.
 func (c Config) claimOf(msg *message.Message, handler string) (Claim, error) {
@@ -23,23 +23,6 @@ func (c Config) claimOf(msg *message.Message, handler string) (Claim, error) {
 		return Claim{Consumer: consumer}, err
 	}
 	return Claim{Consumer: consumer, Key: key, Fingerprint: c.Fingerprint(msg)}, nil
-}
-
-func (c Config) consumer(handler string) (string, error) {
-	if c.Consumer != "" {
-		return c.Consumer, nil
-	}
-	name := handler
-	if c.ConsumerFromHandler != nil && handler != "" {
-		name = c.ConsumerFromHandler(handler)
-	}
-	if name == "" {
-		return "", ErrNoConsumer
-	}
-	if err := validateConsumer(name); err != nil {
-		return "", err
-	}
-	return name, nil
 }
 
 func (c Config) key(msg *message.Message) (string, error) {
@@ -57,16 +40,6 @@ func (c Config) key(msg *message.Message) (string, error) {
 		return "", fmt.Errorf("%w: %s", ErrInvalidKey, reason)
 	}
 	return key, nil
-}
-
-func validateConsumer(name string) error {
-	if len(name) > MaxConsumerLength {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidConsumer, len(name), MaxConsumerLength)
-	}
-	if reason := invalidText(name); reason != "" {
-		return fmt.Errorf("%w: %s", ErrInvalidConsumer, reason)
-	}
-	return nil
 }
 
 // invalidText says why s cannot be stored as a key column value on every dialect, or "".

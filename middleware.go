@@ -13,20 +13,33 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Config configures NewMiddleware. The zero value is ready to use.
+// Config configures NewMiddleware. Consumer (or ConsumerFromHandler) is required; every other
+// field has a default.
 type Config struct {
-	// Consumer names the inbox partition: a message is processed once per consumer, so two
-	// handlers that consume one topic each process every message once.
-	// Default: the name of the router handler the message arrives through
-	// (message.HandlerNameFromCtx), mapped by ConsumerFromHandler if set. With neither a
-	// Consumer nor a handler name, the message fails with ErrNoConsumer.
+	// Consumer names the inbox partition: a message is processed once per consumer. Name
+	// the service or business process whose effects the handler writes ("billing"), and use
+	// the same name in every handler and every process that compete for the messages of one
+	// queue or consumer group (several router handlers on one RabbitMQ queue, members of a
+	// NATS queue group, a Kafka or Redis Streams consumer group), so that a copy reaching
+	// any of them is recognised. Handlers that must each process every message (fan-out,
+	// each on its own queue or group) need a consumer each: use ConsumerFromHandler, or a
+	// middleware of its own per handler (message.Handler.AddMiddleware).
+	//
+	// Required, unless ConsumerFromHandler is set: NewMiddleware returns an error wrapping
+	// ErrNoConsumer without either. There is no default because none can be inferred: the
+	// router handler's name gives competing handlers a consumer each, so a copy that reaches
+	// another of them runs again, and a renamed handler runs again what it processed before
+	// the rename; the subscribed topic gives fan-out handlers one consumer, so all but the
+	// first would ack every message unprocessed.
 	Consumer string
 
-	// ConsumerFromHandler maps the router handler's name to the consumer name. Use it to keep
-	// a consumer's claims when a handler is renamed: the inbox recognises a message as
-	// processed only under the consumer that claimed it. Default: the handler's name as it
-	// is. It cannot be combined with Consumer; an empty result fails the message with
-	// ErrNoConsumer.
+	// ConsumerFromHandler maps the name of the router handler a message arrives through
+	// (message.HandlerNameFromCtx) to its consumer, for one middleware on the router whose
+	// handlers are of different consumers. ConsumerByHandler builds it from a map, written
+	// out so that a handler renamed later keeps its consumer by a new entry, and a handler
+	// that has none is refused instead of claiming under a new name. A message for which it
+	// gives "" fails with an error wrapping ErrNoConsumer, before any claim. It cannot be
+	// combined with Consumer.
 	ConsumerFromHandler func(handlerName string) string
 
 	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8.
@@ -111,6 +124,11 @@ func (c Config) validate() error {
 	if c.Consumer != "" && c.ConsumerFromHandler != nil {
 		return errors.New("inbox: set Consumer or ConsumerFromHandler, not both")
 	}
+	if c.Consumer == "" && c.ConsumerFromHandler == nil {
+		return fmt.Errorf("%w: set Config.Consumer to the name of the service whose effects the handler writes "+
+			"(the same for every handler and process that compete for one queue), or Config.ConsumerFromHandler "+
+			"with inbox.ConsumerByHandler for handlers that each must see every message", ErrNoConsumer)
+	}
 	if c.Consumer != "" {
 		return validateConsumer(c.Consumer)
 	}
@@ -128,7 +146,8 @@ func (c Config) validate() error {
 // nacks, so a redelivery runs the handler again. If the key was claimed by an earlier
 // delivery that committed, the handler is skipped, what that delivery's handler produced is
 // published again with its original UUIDs (in case the first publish failed) and the message
-// is acked. Config.WriteBehind runs the handler first and claims after it.
+// is acked. Config.WriteBehind runs the handler first and claims after it. Without
+// Config.Consumer or Config.ConsumerFromHandler it returns an error wrapping ErrNoConsumer.
 //
 // Add it inside middleware.Retry, so that every retry gets a fresh transaction, inside
 // middleware.PoisonQueue and middleware.Recoverer, and outside middleware.Timeout, whose

@@ -297,9 +297,23 @@ func TestEmptyUUIDIsErrEmptyKeyByDefault(t *testing.T) {
 	}
 }
 
-func TestNoConsumerOutsideARouter(t *testing.T) {
+func TestNoConsumerIsRefusedByTheConstructor(t *testing.T) {
+	_, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{}, nil)
+	if !errors.Is(err, inbox.ErrNoConsumer) {
+		t.Fatalf("err = %v, want ErrNoConsumer", err)
+	}
+	// The error names the settings that fix it.
+	for _, want := range []string{"Config.Consumer", "ConsumerByHandler"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+func TestConsumerFromHandlerOutsideARouterIsErrNoConsumer(t *testing.T) {
 	store := newFakeStore()
-	handler := newHandler(t, store, inbox.Config{}, nil, func(*message.Message) ([]*message.Message, error) {
+	config := inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{"billing": "billing"})}
+	handler := newHandler(t, store, config, nil, func(*message.Message) ([]*message.Message, error) {
 		return nil, nil
 	})
 	if _, err := handler(message.NewMessage("order-1", nil)); !errors.Is(err, inbox.ErrNoConsumer) {
@@ -332,11 +346,15 @@ func TestContextHelpersOutsideTheMiddleware(t *testing.T) {
 	}
 }
 
-// The consumer defaults to the router handler's name, so two handlers on one topic each
-// process a message once.
-func TestConsumerDefaultsToRouterHandlerName(t *testing.T) {
+// ConsumerByHandler maps each router handler to its consumer: fan-out handlers (billing,
+// shipping) each process a message once, competing handlers (billing-0, billing-1) share
+// one consumer, and a handler missing from the map (renamed, say) is refused before any
+// claim.
+func TestConsumerByHandler(t *testing.T) {
 	store := newFakeStore()
-	mw, err := inbox.NewMiddleware(store, inbox.Config{}, nil)
+	mw, err := inbox.NewMiddleware(store, inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{
+		"billing": "billing", "shipping": "shipping", "billing-0": "invoicing", "billing-1": "invoicing",
+	})}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,33 +363,46 @@ func TestConsumerDefaultsToRouterHandlerName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router.AddMiddleware(mw)
-
-	done := make(chan string, 2)
-	for _, name := range []string{"billing", "shipping"} {
-		router.AddConsumerHandler(name, "orders", pubSub, func(msg *message.Message) error {
-			done <- message.HandlerNameFromCtx(msg.Context())
-			return nil
-		})
+	type ran struct{ handler, uuid string }
+	done := make(chan ran, 16)
+	failed := make(chan error, 16)
+	// Outside the inbox: a failure is reported and acked, so the test sees the error rather
+	// than redeliveries.
+	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			produced, err := h(msg)
+			if err != nil {
+				failed <- err
+				return nil, nil
+			}
+			return produced, nil
+		}
+	}, mw)
+	handle := func(msg *message.Message) error {
+		done <- ran{message.HandlerNameFromCtx(msg.Context()), msg.UUID}
+		return nil
 	}
+	for _, name := range []string{"billing", "shipping"} {
+		router.AddConsumerHandler(name, "orders", pubSub, handle)
+	}
+	// Two competing handlers, each given one copy of the same message.
+	for _, name := range []string{"billing-0", "billing-1"} {
+		router.AddConsumerHandler(name, "invoices-"+name, pubSub, handle)
+	}
+	router.AddConsumerHandler("billing-renamed", "renamed", pubSub, handle)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = router.Run(ctx) }()
 	<-router.Running()
 	t.Cleanup(func() { _ = router.Close() })
 
-	if err := pubSub.Publish("orders", message.NewMessage("order-1", nil)); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("handlers did not run")
+	for _, topic := range []string{"orders", "invoices-billing-0", "renamed"} {
+		if err := pubSub.Publish(topic, message.NewMessage("order-1", nil)); err != nil {
+			t.Fatal(err)
 		}
 	}
-	// The handler signals before the middleware commits: wait for the commits.
-	for _, consumer := range []string{"billing", "shipping"} {
+	waitCommitted := func(consumer string) {
+		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for !store.isCommitted(consumer, "order-1") {
 			if time.Now().After(deadline) {
@@ -380,6 +411,54 @@ func TestConsumerDefaultsToRouterHandlerName(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	waitCommitted("invoicing") // the first competing copy is in before the second is sent
+	if err := pubSub.Publish("invoices-billing-1", message.NewMessage("order-1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-failed:
+		if !errors.Is(err, inbox.ErrNoConsumer) || !strings.Contains(err.Error(), `"billing-renamed"`) {
+			t.Errorf("renamed handler: err = %v, want ErrNoConsumer naming the handler", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the renamed handler's message was not refused")
+	}
+	runs := map[string]int{}
+	for len(runs) < 3 {
+		select {
+		case r := <-done:
+			runs[r.handler]++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("handlers ran %v, want billing, shipping and one of billing-0/1", runs)
+		}
+	}
+	waitCommitted("billing")
+	waitCommitted("shipping")
+	// Four claims: billing, shipping and both competing copies. Closing the router waits
+	// for the handlers in flight, so whatever the second copy ran is in done after it.
+	deadline := time.Now().Add(10 * time.Second)
+	for store.claimCount() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims, want 4", store.claimCount())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := router.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(done)
+	for r := range done {
+		runs[r.handler]++
+	}
+	if runs["billing"] != 1 || runs["shipping"] != 1 || runs["billing-0"]+runs["billing-1"] != 1 || runs["billing-renamed"] != 0 {
+		t.Errorf("runs %v: want billing 1, shipping 1, billing-0 and billing-1 together 1, billing-renamed 0", runs)
+	}
+}
+
+func (s *fakeStore) claimCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claims
 }
 
 func (s *fakeStore) committedWrites(consumer, key string) []string {

@@ -24,7 +24,13 @@ import (
 //     with their UUIDs and metadata byte for byte. If that publish fails the incoming
 //     message is nacked; its redelivery is a duplicate, and the middleware publishes the
 //     recorded messages again with the same UUIDs. Consumers downstream deduplicate them.
-//   - any other context: the message is published at once, through the wrapped publisher.
+//   - a context from PublishNow: the message is published at once, through the wrapped
+//     publisher. This is how code that is not an inbox handler (an HTTP endpoint, a start-up
+//     job) publishes through the same buses.
+//   - any other context: Publish refuses the message with an error wrapping
+//     ErrNoHandlerContext and publishes nothing. A message built inside a handler without
+//     the handler's context would otherwise leave at once, before the commit, and also when
+//     the handler then fails.
 //
 // One Publisher serves the inboxes of one Store, and one inbox middleware publishes through
 // one Publisher: share it between an EventBus and a CommandBus. Set Config.Publisher so that
@@ -47,24 +53,31 @@ func NewPublisher(publisher message.Publisher) (*Publisher, error) {
 	return &Publisher{publisher: publisher}, nil
 }
 
-// Publish records messages whose context carries an inbox claim and publishes the others at
-// once; see Publisher. Messages of one call must either all carry the same claim or none.
-// Inside a claim it returns an error wrapping ErrEmptyMessageUUID for a message without a
-// UUID, ErrEmptyTopic for an empty topic, ErrClaimEnded after the handler returned, and
-// ErrPublisherMismatch when the claim belongs to another Store's inbox or to an inbox that
-// publishes through another Publisher.
+// Publish records messages whose context carries an inbox claim and publishes at once those
+// whose context comes from PublishNow; see Publisher. Messages of one call must either all
+// carry the same claim or all come from PublishNow. It returns an error wrapping
+// ErrNoHandlerContext for a message with neither, and inside a claim an error wrapping
+// ErrEmptyMessageUUID for a message without a UUID, ErrEmptyTopic for an empty topic,
+// ErrClaimEnded after the handler returned, and ErrPublisherMismatch when the claim belongs
+// to another Store's inbox or to an inbox that publishes through another Publisher.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if len(messages) == 0 {
 		return nil
 	}
+	now := publishesNow(messages[0].Context())
 	c, inClaim := scopeFrom(messages[0].Context())
 	for _, msg := range messages[1:] {
-		if other, ok := scopeFrom(msg.Context()); ok != inClaim || other != c {
+		other, ok := scopeFrom(msg.Context())
+		if publishesNow(msg.Context()) != now || (!now && (ok != inClaim || other != c)) {
 			return errors.New("inbox: messages of one Publish call carry different inbox claims; publish them separately")
 		}
 	}
-	if !inClaim {
+	if now {
 		return p.publisher.Publish(topic, messages...)
+	}
+	if !inClaim {
+		return fmt.Errorf("%w (message %q, topic %q): inside a handler call msg.SetContext(handlerMsg.Context()) "+
+			"before publishing; outside one, publish with inbox.PublishNow(ctx)", ErrNoHandlerContext, messages[0].UUID, topic)
 	}
 	if topic == "" {
 		return ErrEmptyTopic

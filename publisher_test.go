@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -156,14 +157,50 @@ func TestFailedPublishIsRepeatedByTheDuplicateWithTheSameUUIDs(t *testing.T) {
 	}
 }
 
-func TestPublisherOutsideAClaimPublishesAtOnce(t *testing.T) {
+// A message without the handler's context is refused, so that it cannot leave before the
+// commit; the handler that returns the error is nacked and nothing is published.
+func TestPublisherRefusesAMessageWithoutTheHandlersContext(t *testing.T) {
 	rec := &recordingPublisher{}
 	pub := newPublisher(t, rec)
-	if err := pub.Publish("invoices", message.NewMessage("m-1", nil)); err != nil {
+	if err := pub.Publish("invoices", message.NewMessage("m-1", nil)); !errors.Is(err, inbox.ErrNoHandlerContext) {
+		t.Fatalf("outside a handler: err = %v, want ErrNoHandlerContext", err)
+	}
+	store := newFakeStore()
+	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(msg *message.Message) ([]*message.Message, error) {
+		evt := message.NewMessage("invoice-1", nil) // no evt.SetContext(msg.Context())
+		return nil, pub.Publish("invoices", evt)
+	})
+	_, err := handler(message.NewMessage("order-1", nil))
+	if !errors.Is(err, inbox.ErrNoHandlerContext) {
+		t.Fatalf("in a handler without its context: err = %v, want ErrNoHandlerContext", err)
+	}
+	for _, want := range []string{"SetContext", "PublishNow"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if n := len(rec.published()); n != 0 {
+		t.Errorf("published %d message(s), want none", n)
+	}
+	if store.isCommitted("billing", "order-1") {
+		t.Error("the failed handler's claim was committed")
+	}
+}
+
+func TestPublishNowPublishesAtOnce(t *testing.T) {
+	rec := &recordingPublisher{}
+	pub := newPublisher(t, rec)
+	msg := message.NewMessage("m-1", nil)
+	msg.SetContext(inbox.PublishNow(context.Background()))
+	if err := pub.Publish("invoices", msg); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rec.published()); n != 1 {
 		t.Fatalf("published %d, want 1", n)
+	}
+	mixed := message.NewMessage("m-2", nil)
+	if err := pub.Publish("invoices", msg, mixed); err == nil {
+		t.Error("one call with a PublishNow message and one without: no error")
 	}
 }
 
@@ -239,7 +276,7 @@ func TestPublisherOfAnotherInboxIsAnError(t *testing.T) {
 	if _, err := otherStore(message.NewMessage("order-1", nil)); !errors.Is(err, inbox.ErrPublisherMismatch) {
 		t.Errorf("a claim of another store: err = %v, want ErrPublisherMismatch", err)
 	}
-	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Publisher: pub}, nil); !errors.Is(err, inbox.ErrPublisherMismatch) {
+	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: "billing", Publisher: pub}, nil); !errors.Is(err, inbox.ErrPublisherMismatch) {
 		t.Errorf("Config.Publisher bound to another store: err = %v, want ErrPublisherMismatch", err)
 	}
 

@@ -33,7 +33,8 @@ var stackShownIn = []string{
 // inbox, in code and in documentation (doc comments, README.md, docs/*.md, the programs
 // under examples/ but the e2e scenario, which tests broker redelivery with the inbox alone),
 // and fails for one that is not the recommended stack, for a Retry other than the
-// recommended one, and for a file of stackShownIn that shows no stack.
+// recommended one, for an inbox.Config that names no consumer, and for a file of
+// stackShownIn that shows no stack.
 func TestRecommendedStackIsShownTheSameEverywhere(t *testing.T) {
 	files := []string{"README.md", "doc.go", "middleware.go", "example_test.go"}
 	pages, err := filepath.Glob("docs/*.md")
@@ -74,6 +75,12 @@ func TestRecommendedStackIsShownTheSameEverywhere(t *testing.T) {
 				continue
 			}
 			shown[file]++
+		}
+		// Config.Consumer has no default: a shown configuration without one does not run.
+		for _, literal := range callsIn(strings.ReplaceAll(text, "sqlinbox.Config{", "sqlinbox.StoreConfig{"), "inbox.Config{") {
+			if !strings.Contains(literal, "Consumer") {
+				t.Errorf("%s: %s names no consumer (Consumer or ConsumerFromHandler)", file, strings.Join(strings.Fields(literal), " "))
+			}
 		}
 		for _, literal := range callsIn(text, "middleware.Retry{") {
 			if got := strings.Join(strings.Fields(literal), ""); got != recommendedRetry {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -141,9 +140,10 @@ func TestSkipAcksWithoutAClaimOrTheHandler(t *testing.T) {
 
 func TestConsumerFromHandlerKeepsTheConsumerAcrossARename(t *testing.T) {
 	store := newFakeStore()
-	config := inbox.Config{ConsumerFromHandler: func(handler string) string {
-		return strings.TrimSuffix(handler, "_v2") // renamed from "billing" to "billing_v2"
-	}}
+	config := inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{
+		"billing":    "billing",
+		"billing_v2": "billing", // renamed from "billing" to "billing_v2"
+	})}
 	var runs atomic.Int32
 	for _, name := range []string{"billing", "billing_v2"} { // one deploy, then the next
 		mw, err := inbox.NewMiddleware(store, config, nil)

@@ -100,7 +100,7 @@ func runRouter(ctx context.Context, e *env, rep *report) error {
 		KeyFactory: func(m *message.Message) (string, error) { return m.UUID, nil },
 		Repository: repo,
 	}
-	inboxMW, err := inbox.NewMiddleware(b.store, inbox.Config{}, nil) // consumer: the handler's name
+	inboxMW, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: benchConsumer}, nil)
 	if err != nil {
 		return err
 	}

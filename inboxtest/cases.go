@@ -492,16 +492,23 @@ func testBadKeys(t *testing.T, s *suite) {
 	}
 	WantRows(t, "invoices of the longest key", s.invoices(t, "billing", longest), 1)
 
+	// A configuration without a consumer is refused; a handler that a consumer map does not
+	// know (outside a router, a renamed one) fails before any claim.
 	config := s.options.Config
 	config.Consumer = ""
-	noConsumer, err := inbox.NewMiddleware(s.Store, config, nil)
+	if _, err := inbox.NewMiddleware(s.Store, config, nil); !errors.Is(err, inbox.ErrNoConsumer) {
+		t.Errorf("no consumer: NewMiddleware err = %v, want ErrNoConsumer", err)
+	}
+	config.ConsumerFromHandler = inbox.ConsumerByHandler(map[string]string{"billing": "billing"})
+	unmapped, err := inbox.NewMiddleware(s.Store, config, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h = noConsumer(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	h = unmapped(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 	if err := Deliver(context.Background(), h, watermill.NewUUID()); !errors.Is(err, inbox.ErrNoConsumer) {
-		t.Errorf("no consumer: err = %v, want ErrNoConsumer", err)
+		t.Errorf("no consumer for the handler: err = %v, want ErrNoConsumer", err)
 	}
+	WantRows(t, "claims without a consumer", s.rows(t, s.Table, ""), 1) // the longest key's
 }
 
 func testOutage(t *testing.T, s *suite) {

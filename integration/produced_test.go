@@ -60,7 +60,7 @@ func TestProducedMessagesArePublishedDespiteFailedPublishes(t *testing.T) {
 		var mu sync.Mutex
 		produced := map[string]string{} // order -> UUID of the InvoiceCreated its handler made
 		runs := map[string]int{}
-		inboxMW, err := inbox.NewMiddleware(b.store, inbox.Config{}, logger)
+		inboxMW, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing"}, logger)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -58,7 +58,7 @@ func testPublisher(t *testing.T, b *backend, writeBehind bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Publisher: pub, WriteBehind: writeBehind}, logger)
+	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing", Publisher: pub, WriteBehind: writeBehind}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

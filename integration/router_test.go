@@ -43,7 +43,7 @@ func startRouter(t *testing.T, b *backend, stack stacking) *routerRun {
 	}
 	r.poison = poison
 
-	inboxMW, err := inbox.NewMiddleware(b.store, inbox.Config{}, logger)
+	inboxMW, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing"}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -77,8 +78,8 @@ type OrderShipped struct {
 	OrderID string `json:"order_id"`
 }
 
-// Handler names, which are also the inbox consumers unless Options.ConsumerFromHandler maps
-// them.
+// Handler names. Each handler is a consumer of its own (Consumers): every handler of a
+// topic must see every message of it.
 const (
 	IssueInvoiceHandler = "IssueInvoice"
 	ReceiptsHandler     = "Receipts"
@@ -101,8 +102,9 @@ type Options struct {
 	FailAfterPublish func(orderID string, run int) bool
 	// IssueInvoiceHandlerName renames the IssueInvoice handler. Default: IssueInvoiceHandler.
 	IssueInvoiceHandlerName string
-	// ConsumerFromHandler is passed to inbox.Config.
-	ConsumerFromHandler func(handlerName string) string
+	// RenamedHandlers maps the new name of a renamed handler to the consumer it had, on top
+	// of Consumers; a handler in neither is refused by the inbox.
+	RenamedHandlers map[string]string
 	// NoSkip leaves inbox.Config.Skip unset: every event handler claims every event.
 	NoSkip bool
 }
@@ -132,6 +134,16 @@ type Tables struct{ Inbox, Invoices, Receipts, Emails string }
 
 // Topics are the App's topics: one per command, one for every event.
 type Topics struct{ IssueInvoice, SendReceipt, Events string }
+
+// Consumers maps each handler to its inbox consumer, written out: a renamed handler keeps
+// its claims by an entry for its new name (Options.RenamedHandlers), and one without an entry
+// is refused instead of processing every message again under a new name.
+var Consumers = map[string]string{
+	IssueInvoiceHandler: "IssueInvoice",
+	ReceiptsHandler:     "Receipts",
+	SendReceiptHandler:  "SendReceipt",
+	ShippingHandler:     "Shipping",
+}
 
 // Marshaler names messages by their struct's name, in the "name" metadata.
 var Marshaler = cqrs.JSONMarshaler{GenerateName: cqrs.StructName}
@@ -202,13 +214,15 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 	// Which event each event handler handles: every other type on the shared topic is acked
 	// without a claim.
 	handles := map[string]string{ReceiptsHandler: Marshaler.Name(&InvoiceIssued{}), ShippingHandler: Marshaler.Name(&OrderShipped{})}
+	consumers := maps.Clone(Consumers)
+	maps.Copy(consumers, o.RenamedHandlers)
 	config := inbox.Config{
 		Publisher: a.Publisher, // so a duplicate can republish before any handler published
 		Skip: func(msg *message.Message) bool {
 			want, ok := handles[message.HandlerNameFromCtx(msg.Context())]
 			return ok && Marshaler.NameFromMessage(msg) != want
 		},
-		ConsumerFromHandler: o.ConsumerFromHandler,
+		ConsumerFromHandler: inbox.ConsumerByHandler(consumers),
 	}
 	if o.NoSkip {
 		config.Skip = nil
@@ -461,13 +475,14 @@ func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Write
 	go func() { done <- app.Router.Run(ctx) }()
 	<-app.Router.Running()
 
+	// Not a handler: inbox.PublishNow has the buses publish at once.
 	for i := range orders {
 		order := fmt.Sprintf("order-%04d", i)
-		if err := app.CommandBus.Send(ctx, &IssueInvoice{OrderID: order, AmountCents: int64(100 + i)}); err != nil {
+		if err := app.CommandBus.Send(inbox.PublishNow(ctx), &IssueInvoice{OrderID: order, AmountCents: int64(100 + i)}); err != nil {
 			return err
 		}
 		if i%2 == 0 {
-			if err := app.EventBus.Publish(ctx, &OrderShipped{OrderID: order}); err != nil {
+			if err := app.EventBus.Publish(inbox.PublishNow(ctx), &OrderShipped{OrderID: order}); err != nil {
 				return err
 			}
 		}

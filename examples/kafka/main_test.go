@@ -104,7 +104,7 @@ func TestKafkaWithoutUUID(t *testing.T) {
 	if err := store.InitializeSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
-	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{}, nil)
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 // message with inbox.ErrEmptyKey (a nack, never a silent skip). For a topic whose producers
 // send no UUID, opt in to OffsetKey:
 //
-//	inbox.NewMiddleware(store, inbox.Config{Key: kafkakey.OffsetKey}, logger)
+//	inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", Key: kafkakey.OffsetKey}, logger)
 //
 // A record's place in its topic (topic, partition, offset) never changes, so every
 // redelivery of a record gets the same key: a consumer group member that dies before it

@@ -80,7 +80,7 @@ func run(ctx context.Context, dir string, orders int, out io.Writer) (result, er
 	if _, err := db.ExecContext(ctx, invoices.CreateTableSQL()); err != nil {
 		return result{}, err
 	}
-	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{}, nil)
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
 	if err != nil {
 		return result{}, err
 	}

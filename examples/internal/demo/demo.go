@@ -92,7 +92,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer pool.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+quotedInbox)
-	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{}, nil)
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,6 @@ type suite struct{ Layer }
 
 func (s *suite) handler(t *testing.T, config inbox.Config, fn func(ctx context.Context, order billing.OrderPlaced) error) message.HandlerFunc {
 	t.Helper()
-	config.Consumer = "billing"
 	mw, err := inbox.NewMiddleware(s.Store, config, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +110,7 @@ func (s *suite) invoices(t *testing.T, orderID string) int {
 func (s *suite) testThreeCopies(t *testing.T) {
 	orderID := testenv.Name("order")
 	var runs int
-	h := s.handler(t, inbox.Config{}, func(ctx context.Context, order billing.OrderPlaced) error {
+	h := s.handler(t, inbox.Config{Consumer: "billing"}, func(ctx context.Context, order billing.OrderPlaced) error {
 		runs++
 		if err := s.Record(ctx, order); err != nil {
 			return err
@@ -136,7 +135,7 @@ func (s *suite) testThreeCopies(t *testing.T) {
 func (s *suite) testFailedHandler(t *testing.T) {
 	orderID := testenv.Name("order")
 	fail := true
-	h := s.handler(t, inbox.Config{}, func(ctx context.Context, order billing.OrderPlaced) error {
+	h := s.handler(t, inbox.Config{Consumer: "billing"}, func(ctx context.Context, order billing.OrderPlaced) error {
 		if err := s.Record(ctx, order); err != nil {
 			return err
 		}
@@ -168,7 +167,7 @@ func (s *suite) testNested(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			orderID := testenv.Name("order")
-			h := s.handler(t, inbox.Config{}, func(ctx context.Context, order billing.OrderPlaced) error {
+			h := s.handler(t, inbox.Config{Consumer: "billing"}, func(ctx context.Context, order billing.OrderPlaced) error {
 				if err := s.Record(ctx, order); err != nil {
 					return err
 				}
@@ -208,7 +207,7 @@ func (s *suite) testEndTx(t *testing.T) {
 		t.Run(map[bool]string{true: "commit", false: "rollback"}[commit], func(t *testing.T) {
 			orderID := testenv.Name("order")
 			end := true
-			h := s.handler(t, inbox.Config{}, func(ctx context.Context, order billing.OrderPlaced) error {
+			h := s.handler(t, inbox.Config{Consumer: "billing"}, func(ctx context.Context, order billing.OrderPlaced) error {
 				if err := s.Record(ctx, order); err != nil {
 					return err
 				}
@@ -240,7 +239,7 @@ func (s *suite) testWriteBehind(t *testing.T) {
 	}
 	orderID := testenv.Name("order")
 	fail := true
-	h := s.handler(t, inbox.Config{WriteBehind: true}, func(ctx context.Context, order billing.OrderPlaced) error {
+	h := s.handler(t, inbox.Config{Consumer: "billing", WriteBehind: true}, func(ctx context.Context, order billing.OrderPlaced) error {
 		if err := s.Queue(ctx, order); err != nil {
 			return err
 		}
@@ -266,7 +265,7 @@ func (s *suite) testWriteBehind(t *testing.T) {
 // its own, so its invoice survives the failed handler, and every redelivery adds one.
 func (s *suite) testTrap(t *testing.T) {
 	orderID := testenv.Name("order")
-	h := s.handler(t, inbox.Config{}, func(ctx context.Context, order billing.OrderPlaced) error {
+	h := s.handler(t, inbox.Config{Consumer: "billing"}, func(ctx context.Context, order billing.OrderPlaced) error {
 		if err := s.RecordOnPool(ctx, order); err != nil {
 			return err
 		}
