@@ -29,6 +29,7 @@ var documentedCommands = []struct {
 	{pattern: `^go run \./bench( \S+)*$`, test: "TestDocumentedCommandsParse"},
 	{pattern: `^go get github\.com/inboxkit/watermill-inbox(@\S+)?$`, release: `"get", library+"@"+version`},
 	{pattern: `^go install github\.com/inboxkit/watermill-inbox/cmd/watermill-inbox@\S+$`, release: `"install", cli+"@"+version`},
+	{pattern: `^go install \./cmd/watermill-inbox$`, ci: `GOBIN="$(mktemp -d)" go install ./cmd/watermill-inbox`},
 	// Run as written, in order, against SQLite.
 	{pattern: `^go run \./cmd/watermill-inbox (schema|migrate|check|cleanup|stats) `, test: "TestDocumentedCommands"},
 	// The programs whose brokers CI has, run with few orders.
