@@ -42,8 +42,10 @@ func (c *scope) end() (queued []Statement, published []published) {
 }
 
 // TxFromContext returns the transaction in which the middleware claimed the message, in the
-// driver's own type: pgx.Tx for a sqlinbox.PgxStore, *sql.Tx for a sqlinbox.SQLStore.
-// Writes made through it commit or roll back together with the claim.
+// driver's own type: pgx.Tx for a sqlinbox.PgxStore, *sql.Tx for a sqlinbox.SQLStore, or
+// the data layer's own type when the store begins its transactions through the data layer
+// (sqlinbox.Config.Begin: *sqlx.Tx, bun.Tx). Writes made through it commit or roll back
+// together with the claim.
 //
 // ok is false when ctx does not come from the inbox middleware, when T is not the store's
 // transaction type, and always in write-behind mode (Config.WriteBehind), where the handler

@@ -1,6 +1,7 @@
 package sqlinbox
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,6 +48,13 @@ type Config struct {
 	// NewPgx refuses it: pgx sends a write-behind message in one batch without it.
 	MultiStatements bool
 
+	// Begin, for a store made by New, begins each message's transaction with the
+	// application's data layer instead of db.BeginTx, so that handlers get the data layer's
+	// own transaction type (see Begin and BeginWith: *sqlx.Tx, bun.Tx). Default: db.BeginTx,
+	// and handlers get the *sql.Tx. It cannot be combined with MultiStatements, whose
+	// messages begin in a text of the store's own; NewPgx refuses it (handlers get pgx.Tx).
+	Begin Begin
+
 	// Logger receives, at error level, each check that refuses the inbox table (see
 	// ErrTableMismatch): once per check, not once per message. Default: watermill.NopLogger{}.
 	Logger watermill.LoggerAdapter
@@ -61,6 +69,10 @@ func (c *Config) setDefaults() {
 func (c Config) validate() error {
 	if c.LockTimeout < 0 {
 		return fmt.Errorf("sqlinbox: negative LockTimeout %s", c.LockTimeout)
+	}
+	if c.Begin != nil && c.MultiStatements {
+		return errors.New("sqlinbox: Config.Begin and Config.MultiStatements cannot be combined: " +
+			"a multi-statement message begins its transaction in a text of the store's own; leave one of them unset")
 	}
 	return nil
 }

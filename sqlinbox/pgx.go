@@ -62,6 +62,9 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*PgxStore, error) {
 	if config.MultiStatements {
 		return nil, errors.New("sqlinbox: NewPgx: Config.MultiStatements is for stores made by New; pgx sends a write-behind message in one batch without it")
 	}
+	if config.Begin != nil {
+		return nil, errors.New("sqlinbox: NewPgx: Config.Begin is for stores made by New; handlers of a pgx store get the pgx.Tx")
+	}
 	sql, err := newStatements(Postgres(), config)
 	if err != nil {
 		return nil, err

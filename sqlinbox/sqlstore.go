@@ -12,10 +12,12 @@ import (
 
 // SQLStore is an inbox.Store on any database/sql driver whose SQL is one of the dialects
 // (PostgreSQL through pgx's stdlib, MySQL/MariaDB through go-sql-driver/mysql, SQLite through
-// modernc.org/sqlite). Handlers get a *sql.Tx from inbox.TxFromContext[*sql.Tx].
+// modernc.org/sqlite). Handlers get a *sql.Tx from inbox.TxFromContext[*sql.Tx], or, with
+// Config.Begin, the transaction their data layer began over it (inbox.TxFromContext[*sqlx.Tx]).
 type SQLStore struct {
-	db  *sql.DB
-	sql statements
+	db    *sql.DB
+	sql   statements
+	begin Begin // Config.Begin, or db.BeginTx
 	// oneText reports Config.MultiStatements on a *sql.DB opened on MySQLConnector: the
 	// claim-first mode then begins with its claim and commits with its queued statements.
 	// Asked at the first claim, not in New, which may be given a *sql.DB not yet usable.
@@ -33,8 +35,12 @@ func New(db *sql.DB, dialect Dialect, config Config) (*SQLStore, error) {
 	if err != nil {
 		return nil, err
 	}
+	begin := config.Begin
+	if begin == nil {
+		begin = beginStd(db)
+	}
 	multi := sql.batch != nil
-	return &SQLStore{db: db, sql: sql, oneText: sync.OnceValue(func() bool {
+	return &SQLStore{db: db, sql: sql, begin: begin, oneText: sync.OnceValue(func() bool {
 		return multi && usesTextConnector(db.Driver())
 	})}, nil
 }
@@ -81,7 +87,7 @@ func (s *SQLStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inb
 		return s.claimInText(ctx, claim)
 	}
 	txCtx, detach := detachedAfterClaim(ctx)
-	tx, err := s.db.BeginTx(txCtx, nil)
+	handle, tx, err := s.begin(txCtx, nil)
 	if err != nil {
 		detach()
 		return nil, nil, fmt.Errorf("sqlinbox: begin: %w", err)
@@ -95,7 +101,7 @@ func (s *SQLStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inb
 		return nil, nil, err
 	}
 	if inserted {
-		return &sqlTx{tx: tx, store: s, claim: claim}, nil, nil
+		return &sqlTx{tx: tx, handle: handle, store: s, claim: claim}, nil, nil
 	}
 	if err := tx.Rollback(); err != nil {
 		return nil, nil, fmt.Errorf("sqlinbox: end transaction of a duplicate: %w", err)
@@ -159,9 +165,11 @@ func (s *SQLStore) TableSize(ctx context.Context) (bytes int64, note string, err
 // sqlTx adapts a *sql.Tx to inbox.Tx. database/sql ends a transaction with the context it
 // began with, so Rollback takes none.
 type sqlTx struct {
-	tx    *sql.Tx
-	store *SQLStore
-	claim inbox.Claim
+	tx *sql.Tx
+	// handle is what handlers get: tx, or the data layer's transaction over it (Config.Begin).
+	handle any
+	store  *SQLStore
+	claim  inbox.Claim
 	// conn, set when the store began tx in the claim's text (see claimInText), holds the
 	// connection until the transaction ends, and the commit is one text.
 	conn *sql.Conn
@@ -170,7 +178,7 @@ type sqlTx struct {
 
 var _ inbox.StatementQueuer = (*sqlTx)(nil)
 
-func (t *sqlTx) Driver() any { return t.tx }
+func (t *sqlTx) Driver() any { return t.handle }
 
 // Commit runs the queued statements and the record of produced messages, then commits.
 // database/sql cannot pipeline them: each is a round trip, unless the store began the

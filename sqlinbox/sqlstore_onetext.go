@@ -60,7 +60,7 @@ func (s *SQLStore) claimInText(ctx context.Context, claim inbox.Claim) (inbox.Tx
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("sqlinbox: begin: %w", err)
 	}
-	return &sqlTx{tx: tx, store: s, claim: claim, conn: conn}, nil, nil
+	return &sqlTx{tx: tx, handle: tx, store: s, claim: claim, conn: conn}, nil, nil
 }
 
 // commitText commits a transaction that claimInText began: the queued statements and the

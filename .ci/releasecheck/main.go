@@ -284,7 +284,7 @@ func buildContribUser(tmp string, env []string, contribs map[string]string, vers
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(out) != "inboxbun false\ninboxent false\ninboxgorm false\ninboxsqlx false" {
+	if strings.TrimSpace(out) != "inboxent false\ninboxgorm false" {
 		return fmt.Errorf("the contrib user's program printed %q, want every helper false outside a message", out)
 	}
 	for _, modPath := range contribs {
@@ -297,10 +297,8 @@ func buildContribUser(tmp string, env []string, contribs map[string]string, vers
 
 // contribProgramImports are the contrib modules contribProgram uses.
 var contribProgramImports = map[string]bool{
-	"github.com/inboxkit/watermill-inbox/contrib/inboxbun":  true,
 	"github.com/inboxkit/watermill-inbox/contrib/inboxent":  true,
 	"github.com/inboxkit/watermill-inbox/contrib/inboxgorm": true,
-	"github.com/inboxkit/watermill-inbox/contrib/inboxsqlx": true,
 }
 
 // contribProgram calls every helper with a context of no message.
@@ -311,26 +309,18 @@ import (
 	"fmt"
 
 	"entgo.io/ent/dialect"
-	"github.com/jmoiron/sqlx"
-	"github.com/uptrace/bun"
 	"gorm.io/gorm"
 
-	"github.com/inboxkit/watermill-inbox/contrib/inboxbun"
 	"github.com/inboxkit/watermill-inbox/contrib/inboxent"
 	"github.com/inboxkit/watermill-inbox/contrib/inboxgorm"
-	"github.com/inboxkit/watermill-inbox/contrib/inboxsqlx"
 )
 
 func main() {
 	ctx := context.Background()
-	_, ok := inboxbun.Tx(ctx, &bun.DB{})
-	fmt.Println("inboxbun", ok)
-	_, ok = inboxent.Driver(ctx, dialect.Postgres)
+	_, ok := inboxent.Driver(ctx, dialect.Postgres)
 	fmt.Println("inboxent", ok)
 	_, ok = inboxgorm.DB(ctx, &gorm.DB{})
 	fmt.Println("inboxgorm", ok)
-	_, ok = inboxsqlx.Tx(ctx, &sqlx.DB{})
-	fmt.Println("inboxsqlx", ok)
 }
 `
 

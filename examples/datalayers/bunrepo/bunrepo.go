@@ -1,10 +1,12 @@
 // Package bunrepo is a billing handler whose repository is bun, typed on bun.IDB so that
-// both the application's *bun.DB and a bun.Tx serve it; inboxbun.Tx gives the handler the
-// inbox transaction as a bun.Tx.
+// both the application's *bun.DB and a bun.Tx serve it. The inbox store begins its
+// transactions with bun's own BeginTx (NewStore), so the handler gets a bun.Tx that bun
+// built, from inbox.TxFromContext.
 package bunrepo
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
@@ -12,9 +14,17 @@ import (
 	"github.com/uptrace/bun"
 
 	inbox "github.com/inboxkit/watermill-inbox"
-	"github.com/inboxkit/watermill-inbox/contrib/inboxbun"
 	"github.com/inboxkit/watermill-inbox/examples/billing"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
+
+// NewStore returns the inbox store on db's database whose transactions bun begins: handlers
+// get them as a bun.Tx bound to db, with its query hooks and RunInTx savepoints.
+func NewStore(db *bun.DB, dialect sqlinbox.Dialect) (*sqlinbox.SQLStore, error) {
+	return sqlinbox.New(db.DB, dialect, sqlinbox.Config{
+		Begin: sqlinbox.BeginWith(db.BeginTx, func(tx bun.Tx) *sql.Tx { return tx.Tx }),
+	})
+}
 
 // Invoice is a row of the table invoices.
 type Invoice struct {
@@ -49,9 +59,9 @@ func (h *Handler) Handle(msg *message.Message) error {
 
 // Record writes order's invoice on the inbox transaction in ctx.
 func (h *Handler) Record(ctx context.Context, order billing.OrderPlaced) error {
-	tx, ok := inboxbun.Tx(ctx, h.DB)
+	tx, ok := inbox.TxFromContext[bun.Tx](ctx)
 	if !ok {
-		return errors.New("bunrepo: no database/sql inbox transaction in the message context")
+		return errors.New("bunrepo: no inbox transaction as a bun.Tx in the message context (is the store built by NewStore?)")
 	}
 	return Record(ctx, tx, order)
 }

@@ -1,10 +1,12 @@
 // Package sqlxrepo is a billing handler whose repository is written with sqlx, typed on
-// sqlx.ExtContext so that both the application's *sqlx.DB and a *sqlx.Tx serve it;
-// inboxsqlx.Tx gives the handler the inbox transaction as a *sqlx.Tx.
+// sqlx.ExtContext so that both the application's *sqlx.DB and a *sqlx.Tx serve it. The
+// inbox store begins its transactions with sqlx's own BeginTxx (NewStore), so the handler
+// gets a *sqlx.Tx that sqlx built, from inbox.TxFromContext.
 package sqlxrepo
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
@@ -12,9 +14,18 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	inbox "github.com/inboxkit/watermill-inbox"
-	"github.com/inboxkit/watermill-inbox/contrib/inboxsqlx"
 	"github.com/inboxkit/watermill-inbox/examples/billing"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
+
+// NewStore returns the inbox store on db's database whose transactions sqlx begins: handlers
+// get them as a *sqlx.Tx, with db's mapper, driver name (for named queries and Rebind) and
+// unsafe mode.
+func NewStore(db *sqlx.DB, dialect sqlinbox.Dialect) (*sqlinbox.SQLStore, error) {
+	return sqlinbox.New(db.DB, dialect, sqlinbox.Config{
+		Begin: sqlinbox.BeginWith(db.BeginTxx, func(tx *sqlx.Tx) *sql.Tx { return tx.Tx }),
+	})
+}
 
 // Invoice is a row of the table invoices.
 type Invoice struct {
@@ -50,9 +61,9 @@ func (h *Handler) Handle(msg *message.Message) error {
 
 // Record writes order's invoice on the inbox transaction in ctx.
 func (h *Handler) Record(ctx context.Context, order billing.OrderPlaced) error {
-	tx, ok := inboxsqlx.Tx(ctx, h.DB)
+	tx, ok := inbox.TxFromContext[*sqlx.Tx](ctx)
 	if !ok {
-		return errors.New("sqlxrepo: no database/sql inbox transaction in the message context")
+		return errors.New("sqlxrepo: no inbox transaction as a *sqlx.Tx in the message context (is the store built by NewStore?)")
 	}
 	return Record(ctx, tx, order)
 }

@@ -83,6 +83,16 @@ func (s *suite) handler(t *testing.T, config inbox.Config, fn func(ctx context.C
 	})
 }
 
+// Handler returns fn behind an inbox middleware on store, for consumer "billing", for a data
+// layer's own tests beside Run.
+func Handler(t *testing.T, store inbox.Store, fn func(ctx context.Context, order billing.OrderPlaced) error) message.HandlerFunc {
+	t.Helper()
+	return (&suite{Layer: Layer{Store: store}}).handler(t, inbox.Config{Consumer: "billing"}, fn)
+}
+
+// Deliver hands h the OrderPlaced message of orderID, as a router would; nil is an ack.
+func Deliver(h message.HandlerFunc, orderID string) error { return deliver(h, orderID) }
+
 // deliver hands h the OrderPlaced message of orderID, as a router would; nil is an ack.
 func deliver(h message.HandlerFunc, orderID string) error {
 	msg, err := billing.NewOrderMessage(billing.OrderPlaced{OrderID: orderID, AmountCents: 1250})
@@ -347,5 +357,12 @@ func open(t *testing.T, driver, dsn string) *sql.DB {
 const InvoicesDDL = `CREATE TABLE invoices (
 	id bigserial PRIMARY KEY,
 	order_id text NOT NULL,
+	amount_cents bigint NOT NULL
+)`
+
+// InvoicesDDLMySQL is InvoicesDDL for MySQL and MariaDB.
+const InvoicesDDLMySQL = `CREATE TABLE invoices (
+	id bigint AUTO_INCREMENT PRIMARY KEY,
+	order_id varchar(100) NOT NULL,
 	amount_cents bigint NOT NULL
 )`
