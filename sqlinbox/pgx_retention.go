@@ -27,26 +27,9 @@ func (s *PgxStore) cleanup(ctx context.Context, olderThan time.Duration, cleanup
 	if err != nil {
 		return 0, err
 	}
+	// The PostgreSQL dialect always has a transaction lock (CleanupTxLock), and NewPgx takes
+	// no other dialect.
 	cleanup := s.sql.cleanup
-	if cleanup.txLock == "" { // a dialect without transaction locks: the session lock's connection
-		conn, err := s.pool.Acquire(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("sqlinbox: cleanup: acquire a connection: %w", err)
-		}
-		session := pgxSession{conn.Conn()}
-		var lock *cleanupLock
-		if cleanup.lock != "" {
-			lock = cleanup.sessionLock(session)
-		}
-		deleted, broken, err := cleanup.pass(ctx, session, lock, olderThan, config)
-		if broken {
-			// Closing the connection ends the session and with it the lock.
-			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
-		} else {
-			conn.Release()
-		}
-		return deleted, err
-	}
 	if s.pool.Config().MaxConns < 2 {
 		return 0, errors.New("sqlinbox: cleanup: the pool has one connection: a pass holds its lock on one and deletes on another")
 	}
@@ -73,18 +56,7 @@ func (s *PgxStore) cleanup(ctx context.Context, olderThan time.Duration, cleanup
 // CountExpired returns the number of claims older than olderThan: what Cleanup would delete
 // now.
 func (s *PgxStore) CountExpired(ctx context.Context, olderThan time.Duration) (int64, error) {
-	if err := validateOlderThan(olderThan); err != nil {
-		return 0, err
-	}
-	args, err := s.sql.cleanup.args(olderThan, 0)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	if err := s.pool.QueryRow(ctx, s.sql.cleanup.expired, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("sqlinbox: count expired claims: %w", err)
-	}
-	return n, nil
+	return s.sql.cleanup.countExpired(ctx, pgxPoolSession{s.pool}, olderThan)
 }
 
 type pgxSession struct{ conn *pgx.Conn }

@@ -158,6 +158,22 @@ func (s cleanupStatements) args(olderThan time.Duration, batchSize int) ([]any, 
 	return []any{age, batchSize}, nil
 }
 
+// countExpired counts, through session, the claims older than olderThan.
+func (s cleanupStatements) countExpired(ctx context.Context, session cleanupSession, olderThan time.Duration) (int64, error) {
+	if err := validateOlderThan(olderThan); err != nil {
+		return 0, err
+	}
+	args, err := s.args(olderThan, 0)
+	if err != nil {
+		return 0, err
+	}
+	n, err := session.queryInt(ctx, s.expired, args...)
+	if err != nil {
+		return 0, fmt.Errorf("sqlinbox: count expired claims: %w", err)
+	}
+	return n.Int64, nil
+}
+
 // cleanupSession runs a pass's statements: its batches, and the statements of its lock.
 type cleanupSession interface {
 	exec(ctx context.Context, query string, args ...any) (int64, error)

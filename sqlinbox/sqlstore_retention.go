@@ -80,18 +80,7 @@ func (s *SQLStore) cleanupInTxLock(ctx context.Context, olderThan time.Duration,
 // CountExpired returns the number of claims older than olderThan: what Cleanup would delete
 // now.
 func (s *SQLStore) CountExpired(ctx context.Context, olderThan time.Duration) (int64, error) {
-	if err := validateOlderThan(olderThan); err != nil {
-		return 0, err
-	}
-	args, err := s.sql.cleanup.args(olderThan, 0)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	if err := s.db.QueryRowContext(ctx, s.sql.cleanup.expired, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("sqlinbox: count expired claims: %w", err)
-	}
-	return n, nil
+	return s.sql.cleanup.countExpired(ctx, sqlDBSession{s.db}, olderThan)
 }
 
 type sqlSession struct{ conn *sql.Conn }
