@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestGaleraMultiStatementsHotRowIsRefusedOrExactlyOnce(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			began := time.Now()
 			c := newGaleraTables(t)
-			run := &galeraRun{}
+			run := &trafficRun{}
 			var handlers []message.HandlerFunc
 			for node := range c.g.Nodes {
 				handlers = append(handlers, c.handler(t, c.store(t, node, m.galeraMode, nil), m.galeraMode, true, run))
@@ -51,8 +52,8 @@ func TestGaleraMultiStatementsHotRowIsRefusedOrExactlyOnce(t *testing.T) {
 				if !m.writeBehind && run.runs.Load() != 0 {
 					t.Errorf("the handler ran %d times behind a refused claim", run.runs.Load())
 				}
-				t.Logf("Galera hot row %s: %d of %d orders refused at their claim, nothing written (%.1fs): %v",
-					m.name, refused, orders, time.Since(began).Seconds(), err)
+				report(t, fmt.Sprintf("Galera hot row %s: %d of %d orders refused at their claim, nothing written (%.1fs): %v",
+					m.name, refused, orders, time.Since(began).Seconds(), err))
 				return
 			}
 			if err != nil && !galeraRetriable(err) {
@@ -63,9 +64,9 @@ func TestGaleraMultiStatementsHotRowIsRefusedOrExactlyOnce(t *testing.T) {
 			c.checkExactlyOnce(t, run, orders)
 			wantRows(t, "counter", c.counterValue(t), orders)
 			counts := run.nackCounts()
-			t.Logf("Galera hot row %s: %d orders, %d handler runs, %d deadlocks (1213), %d other nacks; %d invoices, %d claims, counter %d (%.1fs)",
+			report(t, fmt.Sprintf("Galera hot row %s: %d orders, %d handler runs, %d deadlocks (1213), %d other nacks; %d invoices, %d claims, counter %d (%.1fs)",
 				m.name, orders, run.runs.Load(), counts[errDeadlock], len(run.nacks)-counts[errDeadlock],
-				c.rows(t, c.business, ""), c.rows(t, c.table, ""), c.counterValue(t), time.Since(began).Seconds())
+				c.rows(t, c.business, ""), c.rows(t, c.table, ""), c.counterValue(t), time.Since(began).Seconds()))
 		})
 	}
 }
@@ -104,7 +105,7 @@ func TestGaleraRefusesMultiStatements(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			c := newGaleraTables(t)
 			logger := watermill.NewCaptureLogger()
-			run := &galeraRun{}
+			run := &trafficRun{}
 			h := c.handler(t, c.store(t, 1, m.galeraMode, logger), m.galeraMode, false, run)
 			for i := range 3 {
 				err := deliver(context.Background(), h, watermill.NewUUID())
@@ -126,7 +127,7 @@ func TestGaleraRefusesMultiStatements(t *testing.T) {
 	t.Run("claim-first/multi-statements-without-connector", func(t *testing.T) {
 		c := newGaleraTables(t)
 		m := galeraMode{multiStatements: true}
-		run := &galeraRun{}
+		run := &trafficRun{}
 		h := c.handler(t, c.store(t, 1, m, nil), m, false, run)
 		key := watermill.NewUUID()
 		if err := deliver(context.Background(), h, key); err != nil {

@@ -5,10 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,38 +121,10 @@ func (c *galeraTables) store(t *testing.T, node int, m galeraMode, logger waterm
 	return store
 }
 
-// galeraRun counts what a run's handlers and deliveries saw.
-type galeraRun struct {
-	runs        atomic.Int64 // handler runs
-	badAcks     atomic.Int64 // acks without the claim and one invoice committed
-	firstBadAck atomic.Pointer[error]
-
-	mu    sync.Mutex
-	nacks []error
-	acks  []time.Time // when each delivery was acked
-}
-
-// longestWait returns the longest time after since without an ack.
-func (run *galeraRun) longestWait(since time.Time) time.Duration {
-	run.mu.Lock()
-	defer run.mu.Unlock()
-	acks := slices.Clone(run.acks)
-	slices.SortFunc(acks, time.Time.Compare)
-	var longest time.Duration
-	last := since
-	for _, at := range acks {
-		if at.After(last) {
-			longest = max(longest, at.Sub(last))
-			last = at
-		}
-	}
-	return longest
-}
-
 // handler returns the inbox-wrapped billing handler of store in mode m: it writes one invoice
 // and, with hot, adds 1 to the counter row that every message updates. Each ack is checked: the
 // order's claim and one invoice must be committed, seen from node 1.
-func (c *galeraTables) handler(t *testing.T, store *sqlinbox.SQLStore, m galeraMode, hot bool, run *galeraRun) message.HandlerFunc {
+func (c *galeraTables) handler(t *testing.T, store *sqlinbox.SQLStore, m galeraMode, hot bool, run *trafficRun) message.HandlerFunc {
 	t.Helper()
 	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: m.writeBehind}, nil)
 	if err != nil {
@@ -186,71 +155,15 @@ func (c *galeraTables) handler(t *testing.T, store *sqlinbox.SQLStore, m galeraM
 		_, err := tx.ExecContext(ctx, insert, "billing", msg.UUID)
 		return nil, err
 	})
-	return func(msg *message.Message) ([]*message.Message, error) {
-		out, err := h(msg)
-		if err != nil {
-			return out, err
-		}
-		run.mu.Lock()
-		run.acks = append(run.acks, time.Now())
-		run.mu.Unlock()
-		ctx := context.WithoutCancel(msg.Context())
-		claims, cErr := c.direct.count(ctx, "SELECT COUNT(*) FROM "+c.table+" WHERE consumer = ? AND message_id = ?", "billing", msg.UUID)
-		invoices, iErr := c.direct.count(ctx, "SELECT COUNT(*) FROM "+c.business+" WHERE msg_key = ?", msg.UUID)
-		if claims != 1 || invoices != 1 || cErr != nil || iErr != nil {
-			run.badAcks.Add(1)
-			bad := fmt.Errorf("%s acked with %d claims and %d invoices committed (%v)", msg.UUID, claims, invoices, errors.Join(cErr, iErr))
-			run.firstBadAck.CompareAndSwap(nil, &bad)
-		}
-		return out, nil
-	}
-}
-
-// deliverCopies delivers copies[key] copies of every key until each is acked, from workers
-// goroutines: the copies of one key at the same moment, each to the handler of another node
-// (handlers[i] is node i's). afterAck, if set, is called with the number of keys whose
-// copies were all acked so far.
-func (run *galeraRun) deliverCopies(t *testing.T, handlers []message.HandlerFunc, keys []string, copies map[string]int,
-	workers int, afterAck func(done int),
-) {
-	t.Helper()
-	queue := make(chan string)
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for key := range queue {
-				first := rand.IntN(len(handlers))
-				start := make(chan struct{})
-				var copiesWG sync.WaitGroup
-				for i := range copies[key] {
-					h := handlers[(first+i)%len(handlers)]
-					copiesWG.Go(func() {
-						<-start
-						if nacks := deliverUntilAcked(t, h, key); len(nacks) > 0 {
-							run.mu.Lock()
-							run.nacks = append(run.nacks, nacks...)
-							run.mu.Unlock()
-						}
-					})
-				}
-				close(start)
-				copiesWG.Wait()
-				if n := done.Add(1); afterAck != nil {
-					afterAck(int(n))
-				}
-			}
-		})
-	}
-	for _, key := range keys {
-		queue <- key
-	}
-	close(queue)
-	wg.Wait()
+	return run.checkingAcks(h, func(ctx context.Context, key string) (claims, invoices int, err error) {
+		claims, cErr := c.direct.count(ctx, "SELECT COUNT(*) FROM "+c.table+" WHERE consumer = ? AND message_id = ?", "billing", key)
+		invoices, iErr := c.direct.count(ctx, "SELECT COUNT(*) FROM "+c.business+" WHERE msg_key = ?", key)
+		return claims, invoices, errors.Join(cErr, iErr)
+	})
 }
 
 // nackCounts counts the run's nacks by the server's error number (0: not a server error).
-func (run *galeraRun) nackCounts() map[uint16]int {
+func (run *trafficRun) nackCounts() map[uint16]int {
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	counts := map[uint16]int{}
@@ -279,7 +192,7 @@ const (
 
 // checkExactlyOnce fails t unless every key has one claim and one invoice and no ack came
 // before its claim and invoice were committed.
-func (c *galeraTables) checkExactlyOnce(t *testing.T, run *galeraRun, keys int) {
+func (c *galeraTables) checkExactlyOnce(t *testing.T, run *trafficRun, keys int) {
 	t.Helper()
 	wantRows(t, "invoices", c.rows(t, c.business, ""), keys)
 	wantRows(t, "distinct orders invoiced", c.rows(t, "(SELECT DISTINCT msg_key FROM "+c.business+") d", ""), keys)
@@ -309,18 +222,6 @@ func (c *galeraTables) counterValue(t *testing.T) int {
 	return n
 }
 
-// newOrders returns n order keys, each with 1 to maxCopies copies.
-func newOrders(n, maxCopies int) (keys []string, copies map[string]int, total int) {
-	copies = map[string]int{}
-	for range n {
-		key := watermill.NewUUID()
-		keys = append(keys, key)
-		copies[key] = 1 + rand.IntN(maxCopies)
-		total += copies[key]
-	}
-	return keys, copies, total
-}
-
 // The copies storm: 600 orders, each published 1-4 times, every copy of an order delivered at
 // the same moment to a store on another node, in every mode the library allows on Galera.
 // Concurrent claims of one key on two nodes conflict at certification: the loser fails with
@@ -333,7 +234,7 @@ func TestGaleraCopiesStormExactlyOnce(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			began := time.Now()
 			c := newGaleraTables(t)
-			run := &galeraRun{}
+			run := &trafficRun{}
 			var handlers []message.HandlerFunc
 			for node := range c.g.Nodes {
 				handlers = append(handlers, c.handler(t, c.store(t, node, m, nil), m, false, run))
@@ -353,9 +254,9 @@ func TestGaleraCopiesStormExactlyOnce(t *testing.T) {
 			if counts[errDeadlock] == 0 {
 				t.Errorf("no copy conflicted with another node's (error 1213): the storm tested nothing")
 			}
-			t.Logf("Galera storm %s: %d orders, %d copies on 3 nodes, %d handler runs; nacks: %d deadlocks (1213), %d lock wait timeouts (1205), all redelivered; %d invoices; %.1fs",
+			report(t, fmt.Sprintf("Galera storm %s: %d orders, %d copies on 3 nodes, %d handler runs; nacks: %d deadlocks (1213), %d lock wait timeouts (1205), all redelivered; %d invoices; %.1fs",
 				m.name, orders, total, run.runs.Load(), counts[errDeadlock], counts[errLockWaitTimeout],
-				c.rows(t, c.business, ""), time.Since(began).Seconds())
+				c.rows(t, c.business, ""), time.Since(began).Seconds()))
 		})
 	}
 }
@@ -377,7 +278,7 @@ func TestGaleraNodeKilledMidTrafficExactlyOnce(t *testing.T) {
 					t.Errorf("repair the cluster: %v", err)
 				}
 			})
-			run := &galeraRun{}
+			run := &trafficRun{}
 			var handlers []message.HandlerFunc
 			for node := range c.g.Nodes {
 				handlers = append(handlers, c.handler(t, c.store(t, node, m, nil), m, false, run))
@@ -409,10 +310,10 @@ func TestGaleraNodeKilledMidTrafficExactlyOnce(t *testing.T) {
 
 			c.checkExactlyOnce(t, run, orders)
 			counts := run.nackCounts()
-			t.Logf("Galera kill %s: %d orders, %d copies; %s killed at %.1fs with %d orders done, synced again %.1fs later, "+
+			report(t, fmt.Sprintf("Galera kill %s: %d orders, %d copies; %s killed at %.1fs with %d orders done, synced again %.1fs later, "+
 				"longest time without an ack after the kill %.1fs; nacks by server error (0: connection): %v; %d invoices (%.1fs)",
 				m.name, orders, total, victim.Name, killed.Seconds(), orders/3, rejoined.Seconds(),
-				run.longestWait(killedAt).Seconds(), counts, c.rows(t, c.business, ""), time.Since(began).Seconds())
+				run.longestWait(killedAt).Seconds(), counts, c.rows(t, c.business, ""), time.Since(began).Seconds()))
 		})
 	}
 }
@@ -431,7 +332,7 @@ func TestGaleraNodeNotSyncedIsARetriableNack(t *testing.T) {
 			t.Errorf("repair the cluster: %v", err)
 		}
 	})
-	run := &galeraRun{}
+	run := &trafficRun{}
 	m := galeraMode{}
 	before := c.handler(t, c.store(t, 2, m, nil), m, false, run)
 	if err := deliver(context.Background(), before, watermill.NewUUID()); err != nil {

@@ -24,8 +24,9 @@ const (
 
 // GaleraSuspectTimeout is how long the cluster's nodes wait for a silent node before they
 // agree it is gone: a node killed or paused stalls the cluster's commits for about as long.
-// Galera's default is 5 s; the keepalive must stay under a third of it.
-const GaleraSuspectTimeout = 2 * time.Second
+// Galera's default is 5 s; the keepalive must stay under a third of it. Shorter than 3 s,
+// a node starved of CPU by parallel tests can be taken for gone.
+const GaleraSuspectTimeout = 3 * time.Second
 
 // galeraSyncTimeout bounds a node's start, its state transfer included.
 const galeraSyncTimeout = 2 * time.Minute
@@ -444,6 +445,11 @@ var sharedGalera struct {
 func SharedGalera(t testing.TB) *Galera {
 	t.Helper()
 	sharedGalera.once.Do(func() {
+		defer func() {
+			if sharedGalera.g != nil {
+				t.Logf("Galera: %d nodes started in %.1fs", len(sharedGalera.g.Nodes), sharedGalera.g.Took.Seconds())
+			}
+		}()
 		dir, err := os.MkdirTemp("", "inbox-galera-")
 		if err != nil {
 			sharedGalera.err = err
