@@ -163,10 +163,10 @@ func runFailover(t *testing.T, r *testenv.PostgresReplica, storeURL string, s fa
 
 	resumed := run.firstAckAfter(f.Promoted)
 	report(t, fmt.Sprintf("PostgreSQL failover %s: %d orders, %d copies, 2 instances; primary stopped after %d orders, standby promoted in %.2fs, "+
-		"first ack on the new primary %.2fs after the stop; %d nacks redelivered, %d handler runs; %d claims, %d invoices; "+
+		"first ack on the new primary %.2fs after the stop; %d nacks redelivered (at most %d for one copy), %d handler runs; %d claims, %d invoices; "+
 		"%d commit records the standby had not received, %d acked orders lost (%.1fs in all, %.1fs to start the pair)",
 		t.Name(), orders, total, orders/3, f.Promoted.Sub(f.Stopped).Seconds(), resumed.Sub(f.Stopped).Seconds(),
-		len(run.nacks), run.runs.Load(), claims, invoices, f.Unreplicated, lost, time.Since(began).Seconds(), r.Took.Seconds()))
+		len(run.nacks), run.maxNacks, run.runs.Load(), claims, invoices, f.Unreplicated, lost, time.Since(began).Seconds(), r.Took.Seconds()))
 	if resumed.IsZero() {
 		t.Error("no ack after the failover")
 	}

@@ -254,8 +254,8 @@ func TestGaleraCopiesStormExactlyOnce(t *testing.T) {
 			if counts[errDeadlock] == 0 {
 				t.Errorf("no copy conflicted with another node's (error 1213): the storm tested nothing")
 			}
-			report(t, fmt.Sprintf("Galera storm %s: %d orders, %d copies on 3 nodes, %d handler runs; nacks: %d deadlocks (1213), %d lock wait timeouts (1205), all redelivered; %d invoices; %.1fs",
-				m.name, orders, total, run.runs.Load(), counts[errDeadlock], counts[errLockWaitTimeout],
+			report(t, fmt.Sprintf("Galera storm %s: %d orders, %d copies on 3 nodes, %d handler runs; nacks: %d deadlocks (1213), %d lock wait timeouts (1205), all redelivered, at most %d for one copy; %d invoices; %.1fs",
+				m.name, orders, total, run.runs.Load(), counts[errDeadlock], counts[errLockWaitTimeout], run.maxNacks,
 				c.rows(t, c.business, ""), time.Since(began).Seconds()))
 		})
 	}
@@ -311,9 +311,9 @@ func TestGaleraNodeKilledMidTrafficExactlyOnce(t *testing.T) {
 			c.checkExactlyOnce(t, run, orders)
 			counts := run.nackCounts()
 			report(t, fmt.Sprintf("Galera kill %s: %d orders, %d copies; %s killed at %.1fs with %d orders done, synced again %.1fs later, "+
-				"longest time without an ack after the kill %.1fs; nacks by server error (0: connection): %v; %d invoices (%.1fs)",
+				"longest time without an ack after the kill %.1fs; nacks by server error (0: connection): %v, at most %d for one copy; %d invoices (%.1fs)",
 				m.name, orders, total, victim.Name, killed.Seconds(), orders/3, rejoined.Seconds(),
-				run.longestWait(killedAt).Seconds(), counts, c.rows(t, c.business, ""), time.Since(began).Seconds()))
+				run.longestWait(killedAt).Seconds(), counts, run.maxNacks, c.rows(t, c.business, ""), time.Since(began).Seconds()))
 		})
 	}
 }

@@ -23,9 +23,10 @@ type trafficRun struct {
 	badAcks     atomic.Int64 // acks without the claim and one invoice committed
 	firstBadAck atomic.Pointer[error]
 
-	mu    sync.Mutex
-	nacks []error
-	acks  []time.Time // when each delivery was acked
+	mu       sync.Mutex
+	nacks    []error
+	maxNacks int         // the most nacks one delivery took before its ack
+	acks     []time.Time // when each delivery was acked
 }
 
 // longestWait returns the longest time after since without an ack.
@@ -69,6 +70,7 @@ func (run *trafficRun) deliverCopies(t *testing.T, handlers []message.HandlerFun
 						if nacks := deliverUntilAcked(t, h, key); len(nacks) > 0 {
 							run.mu.Lock()
 							run.nacks = append(run.nacks, nacks...)
+							run.maxNacks = max(run.maxNacks, len(nacks))
 							run.mu.Unlock()
 						}
 					})
