@@ -266,17 +266,17 @@ func (r *PostgresReplica) run(program string, args ...string) error {
 
 // postgresBin finds the directory of PostgreSQL's server binaries.
 func postgresBin() (string, error) {
-	if v := os.Getenv(PostgresBinVar); v != "" {
-		return v, nil
-	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	if v := os.Getenv(PostgresBinVar); v != "" {
+		dirs = []string{v}
+	}
 	slices.SortFunc(dirs, func(a, b string) int { return postgresMajor(b) - postgresMajor(a) })
 	for _, dir := range dirs {
 		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
 			return dir, nil
 		}
 	}
-	if initdb, err := exec.LookPath("initdb"); err == nil {
+	if initdb, err := exec.LookPath("initdb"); err == nil && os.Getenv(PostgresBinVar) == "" {
 		return filepath.Dir(initdb), nil
 	}
 	return "", fmt.Errorf("PostgreSQL's initdb %w (apt-get install postgresql, or set %s)", ErrNotInstalled, PostgresBinVar)

@@ -22,7 +22,7 @@ var ErrNotInstalled = errors.New("not installed")
 // candidates that exists (an absolute path, or a name looked up in PATH).
 func findBinary(variable, install string, candidates ...string) (string, error) {
 	if v := os.Getenv(variable); v != "" {
-		return v, nil
+		candidates = []string{v}
 	}
 	for _, c := range candidates {
 		if filepath.IsAbs(c) {
