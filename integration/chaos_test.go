@@ -557,6 +557,7 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 // report logs line and, when INBOX_CHAOS_REPORT names a file, appends it there: go test
 // shows a passing test's log only with -v, and CI prints the file after the tests.
 func report(t *testing.T, line string) {
+	t.Helper()
 	t.Log(line)
 	path := os.Getenv("INBOX_CHAOS_REPORT")
 	if path == "" {

@@ -207,6 +207,7 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 		multi, writeBehind, queue bool
 		lockTimeout               time.Duration
 	}
+	warmUps := 0
 	handler := func(m mode) message.HandlerFunc {
 		store, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{Table: b.table, MultiStatements: m.multi, LockTimeout: m.lockTimeout})
 		if err != nil {
@@ -220,7 +221,7 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return mw(func(msg *message.Message) ([]*message.Message, error) {
+		h := mw(func(msg *message.Message) ([]*message.Message, error) {
 			if m.writeBehind || m.queue {
 				return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
 			}
@@ -231,6 +232,15 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 			_, err := tx.ExecContext(msg.Context(), insert, "billing", msg.UUID)
 			return nil, err
 		})
+		if m.multi {
+			// Nor is its one question whether the server runs texts (wsrep_on), asked by the
+			// first message that needs a text; the first one also opens the pool's connection.
+			if err := deliver(ctx, h, watermill.NewUUID()); err != nil {
+				t.Fatal(err)
+			}
+			warmUps++
+		}
+		return h
 	}
 	const messages = 20
 	perMessage := func(h message.HandlerFunc, keys []string) float64 {
@@ -251,7 +261,6 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 	}
 	writeBehind, firsts := handler(mode{multi: true, writeBehind: true}), newKeys()
 	claimFirst, claimFirstKeys := handler(mode{multi: true}), newKeys()
-	perMessage(writeBehind, newKeys()[:1]) // the pool's first connection
 	for _, tc := range []struct {
 		name string
 		h    message.HandlerFunc
@@ -272,5 +281,5 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)
 		}
 	}
-	wantRows(t, "business rows", b.rows(t, b.business, ""), 7*messages+1)
+	wantRows(t, "business rows", b.rows(t, b.business, ""), 7*messages+warmUps)
 }

@@ -46,6 +46,12 @@ type Config struct {
 	// COMMIT as another (a handler that writes through the *sql.Tx: its statements and
 	// COMMIT, one round trip each); on any other *sql.DB the claim-first mode is unchanged.
 	// NewPgx refuses it: pgx sends a write-behind message in one batch without it.
+	// A Galera or Percona XtraDB Cluster node refuses it too: there a transaction aborted by
+	// another node's write-set runs the rest of a text in autocommit, so before its first
+	// text the store asks the server (wsrep_on) and, on such a node, fails every message
+	// that needs a text with an error wrapping ErrMultiStatementsRefused. Leave it false on
+	// Galera: the default claim-first mode, and write-behind a statement at a time, are
+	// exactly once there (docs/replicated.md).
 	MultiStatements bool
 
 	// Begin, for a store made by New, begins each message's transaction with the
@@ -56,7 +62,9 @@ type Config struct {
 	Begin Begin
 
 	// Logger receives, at error level, each check that refuses the inbox table (see
-	// ErrTableMismatch): once per check, not once per message. Default: watermill.NopLogger{}.
+	// ErrTableMismatch) and the check that refuses MultiStatements on this server (see
+	// ErrMultiStatementsRefused): once per check, not once per message. Default:
+	// watermill.NopLogger{}.
 	Logger watermill.LoggerAdapter
 }
 

@@ -118,6 +118,12 @@ type BatchSQL struct {
 	// text failed with another error: if it fails too, the driver cannot send such texts,
 	// and the error says which settings it needs.
 	Probe string
+	// Refuse, if set, is a query a store sends once, before its first text, to learn whether
+	// the server breaks the promise above: rows of a name and a value, and a value ON says
+	// it does. The store then sends no text: every message that needs one fails with an
+	// error wrapping ErrMultiStatementsRefused. No row, or no ON: texts are sent. MySQL's
+	// asks for wsrep_on, ON on a node of a Galera or Percona XtraDB Cluster.
+	Refuse string
 }
 
 // Table is a validated table name in the forms a dialect's SQL needs.

@@ -84,6 +84,9 @@ func (s *SQLStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inb
 		return nil, nil, err
 	}
 	if s.oneText() {
+		if err := s.refuseTexts(ctx, claimFirstTexts); err != nil {
+			return nil, nil, err
+		}
 		return s.claimInText(ctx, claim)
 	}
 	txCtx, detach := detachedAfterClaim(ctx)

@@ -31,6 +31,9 @@ func (s *SQLStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statem
 		}
 		return nil, tx.Commit(ctx, produced)
 	}
+	if err := s.refuseTexts(ctx, writeBehindTexts); err != nil {
+		return nil, err
+	}
 
 	var text strings.Builder
 	var args []any

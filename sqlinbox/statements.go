@@ -21,6 +21,9 @@ type statements struct {
 	cleanup         cleanupStatements
 	// guard checks the table before the store's first claim; copies of statements share it.
 	guard *tableGuard
+	// texts checks the server before the store's first text of several statements; nil
+	// unless Config.MultiStatements.
+	texts *textGuard
 }
 
 func newStatements(dialect Dialect, config Config) (statements, error) {
@@ -49,6 +52,7 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 			return statements{}, fmt.Errorf("sqlinbox: dialect %q has no Batch: leave Config.MultiStatements false", dialect.Name)
 		}
 		s.batch = dialect.Batch
+		s.texts = newTextGuard(config.Logger)
 	}
 	if config.LockTimeout > 0 {
 		if dialect.LockTimeout == nil {

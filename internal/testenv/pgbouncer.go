@@ -32,6 +32,10 @@ type PgBouncer struct {
 	cmd    *exec.Cmd
 	output *lockedBuffer
 	done   chan error
+	// What the configuration is written from: Retarget writes it again.
+	dir         string
+	port        int
+	serverConns int
 }
 
 // StartPgBouncer starts PgBouncer in pool_mode = transaction on a free port of 127.0.0.1, in
@@ -51,42 +55,13 @@ func StartPgBouncer(dir, postgresURL string, serverConns int) (*PgBouncer, error
 	if err != nil {
 		return nil, fmt.Errorf("parse the PostgreSQL URL: %w", err)
 	}
-	user := target.User.Username()
-	if user == "" {
-		user = "postgres"
-	}
-	server := "host=" + target.Hostname() + " port=" + cmp.Or(target.Port(), "5432") + " user=" + user
-	if password, ok := target.User.Password(); ok {
-		server += " password=" + password
-	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	// The fallback database "*" serves every database name under its own name.
-	ini := strings.Join([]string{
-		"[databases]",
-		"* = " + server,
-		"[pgbouncer]",
-		"listen_addr = 127.0.0.1",
-		"listen_port = " + strconv.Itoa(port),
-		"unix_socket_dir =",
-		"auth_type = trust",
-		"auth_file = " + filepath.Join(dir, "users.txt"),
-		"pool_mode = transaction",
-		"default_pool_size = " + strconv.Itoa(serverConns),
-		"max_client_conn = 1000",
-		// pgx sends extra_float_digits at startup, which a pooler cannot keep per client.
-		"ignore_startup_parameters = extra_float_digits",
-		"log_connections = 0",
-		"log_disconnections = 0",
-		"",
-	}, "\n")
-	users := fmt.Sprintf("%q \"\"\n", user)
-	for name, content := range map[string]string{"pgbouncer.ini": ini, "users.txt": users} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return nil, err
-		}
+	p := &PgBouncer{done: make(chan error, 1), dir: dir, port: port, serverConns: serverConns}
+	if err := p.writeConfig(target); err != nil {
+		return nil, err
 	}
 	// The user pgbouncer runs as must reach the files; dir's parent is the caller's to open
 	// (never change a directory this function was not given, such as the system's /tmp).
@@ -103,7 +78,7 @@ func StartPgBouncer(dir, postgresURL string, serverConns int) (*PgBouncer, error
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start pgbouncer: %w", err)
 	}
-	p := &PgBouncer{cmd: cmd, output: output, done: make(chan error, 1)}
+	p.cmd, p.output = cmd, output
 	go func() { p.done <- cmd.Wait() }()
 
 	u := *target
@@ -130,6 +105,61 @@ func StartPgBouncer(dir, postgresURL string, serverConns int) (*PgBouncer, error
 	}
 }
 
+// writeConfig writes the configuration of a pooler in front of the server of target.
+func (p *PgBouncer) writeConfig(target *url.URL) error {
+	user := target.User.Username()
+	if user == "" {
+		user = "postgres"
+	}
+	server := "host=" + target.Hostname() + " port=" + cmp.Or(target.Port(), "5432") + " user=" + user
+	if password, ok := target.User.Password(); ok {
+		server += " password=" + password
+	}
+	// The fallback database "*" serves every database name under its own name.
+	ini := strings.Join([]string{
+		"[databases]",
+		"* = " + server,
+		"[pgbouncer]",
+		"listen_addr = 127.0.0.1",
+		"listen_port = " + strconv.Itoa(p.port),
+		"unix_socket_dir =",
+		"auth_type = trust",
+		"auth_file = " + filepath.Join(p.dir, "users.txt"),
+		"pool_mode = transaction",
+		"default_pool_size = " + strconv.Itoa(p.serverConns),
+		"max_client_conn = 1000",
+		// After a failed login (a server gone in a failover) the pooler waits this long before
+		// it tries a server again, whatever it was reconfigured to meanwhile; 15 s by default.
+		"server_login_retry = 1",
+		// pgx sends extra_float_digits at startup, which a pooler cannot keep per client.
+		"ignore_startup_parameters = extra_float_digits",
+		"log_connections = 0",
+		"log_disconnections = 0",
+		"",
+	}, "\n")
+	users := fmt.Sprintf("%q \"\"\n", user)
+	for name, content := range map[string]string{"pgbouncer.ini": ini, "users.txt": users} {
+		if err := os.WriteFile(filepath.Join(p.dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Retarget points the pooler at the server of postgresURL (its host, port and user), as an
+// operator or a failover manager does after a failover: the configuration is rewritten and
+// reloaded (SIGHUP), and new server connections go to the new server.
+func (p *PgBouncer) Retarget(postgresURL string) error {
+	target, err := url.Parse(postgresURL)
+	if err != nil {
+		return fmt.Errorf("parse the PostgreSQL URL: %w", err)
+	}
+	if err := p.writeConfig(target); err != nil {
+		return err
+	}
+	return p.cmd.Process.Signal(syscall.SIGHUP)
+}
+
 // Stop ends the process (SIGTERM, then SIGKILL after 5 s) and waits for it.
 func (p *PgBouncer) Stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -151,7 +181,14 @@ func (p *PgBouncer) Output() string { return p.output.String() }
 // INBOX_TEST_REQUIRE_SERVICES=1.
 func PgBouncerURL(t testing.TB, serverConns int) string {
 	t.Helper()
-	postgresURL := PostgresURL(t)
+	return NewPgBouncer(t, PostgresURL(t), serverConns).URL
+}
+
+// NewPgBouncer starts a PgBouncer (StartPgBouncer) in front of the PostgreSQL server of
+// postgresURL for t, with serverConns server connections, and stops it when t ends. Without
+// pgbouncer it skips t, or fails it when INBOX_TEST_REQUIRE_SERVICES=1.
+func NewPgBouncer(t testing.TB, postgresURL string, serverConns int) *PgBouncer {
+	t.Helper()
 	dir := t.TempDir()
 	// t.TempDir's directories are private to their owner: let pgbouncer's user through.
 	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
@@ -171,7 +208,7 @@ func PgBouncerURL(t testing.TB, serverConns int) string {
 			t.Logf("PgBouncer's log:\n%s", p.Output())
 		}
 	})
-	return p.URL
+	return p
 }
 
 func freePort() (int, error) {
