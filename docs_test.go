@@ -34,8 +34,8 @@ var documentedCommands = []struct {
 	{pattern: `^go run \./cmd/watermill-inbox (schema|migrate|check|cleanup|stats) `, test: "TestDocumentedCommands"},
 	// The programs whose brokers CI has, run with few orders.
 	{pattern: `^go run \./examples/(gochannel|amqp|nats|redisstream|sql|outbox|cqrs)$`, ci: `for example in gochannel amqp nats redisstream sql outbox cqrs; do`},
-	// Kafka needs a broker CI does not have: the tests run the same code on kfake.
-	{pattern: `^go run \./examples/kafka$`, test: "TestKafka"},
+	// Kafka needs a broker CI does not have: a test runs the program on kfake.
+	{pattern: `^go run \./examples/kafka$`, test: "TestKafkaProgram"},
 	{pattern: `^go run \./examples/anybroker -broker \w+$`, test: "TestAnyBroker"},
 	// No Docker engine in CI: the file is validated with compose-go (as "docker compose
 	// config" does), its ports and checks tested.

@@ -21,11 +21,13 @@ var (
 )
 
 // stackShownIn are the files that must show the stack: the README's program, its page,
-// the package documentation, NewMiddleware's, the Example and every example program (the
-// broker programs through demo).
+// the package documentation, NewMiddleware's, the Example and every example program, each
+// in its main.go (a copy of one builds on its own, so each carries its stack).
 var stackShownIn = []string{
 	"README.md", "docs/middleware-order.md", "doc.go", "middleware.go", "example_test.go",
-	"examples/quickstart/main.go", "examples/internal/demo/demo.go",
+	"examples/quickstart/main.go", "examples/gochannel/main.go", "examples/amqp/main.go",
+	"examples/nats/main.go", "examples/redisstream/main.go", "examples/sql/main.go",
+	"examples/kafka/main.go", "examples/anybroker/main.go",
 	"examples/outbox/main.go", "examples/cqrs/main.go",
 }
 

@@ -13,8 +13,23 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
 )
+
+// kafkaDefault is the example programs' default Kafka address, Kafka's usual port: the
+// tests run Kafka in-process, so internal/testenv has none.
+const kafkaDefault = "127.0.0.1:9092"
+
+// defaultAddresses lists, by service, the default address of every service the tests and
+// the example programs use (TestExamplesReadTheTestVariables checks the programs').
+var defaultAddresses = map[string]string{
+	"PostgreSQL": testenv.DefaultPostgresURL,
+	"MariaDB":    testenv.DefaultMySQLDSN,
+	"RabbitMQ":   testenv.DefaultAMQPURL,
+	"NATS":       testenv.DefaultNATSURL,
+	"Redis":      testenv.DefaultRedisAddr,
+	"Kafka":      kafkaDefault,
+}
 
 // TestComposePublishesDefaults checks that `docker compose up` gives every example and test
 // its default address: a service that publishes the port, on 127.0.0.1 only (the services
@@ -58,7 +73,7 @@ func TestComposePublishesDefaults(t *testing.T) {
 		}
 	}
 
-	for service, addr := range demo.DefaultAddresses {
+	for service, addr := range defaultAddresses {
 		port, err := portOf(addr)
 		if err != nil {
 			t.Errorf("%s default %q: %v", service, addr, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -58,4 +59,15 @@ func deleteQueue(t *testing.T, amqpURL, queue string) {
 	if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
 		t.Errorf("delete queue %s: %v", queue, err)
 	}
+}
+
+// TestAMQPProgram runs the program as .ci/run does, with few orders: its own handler, behind the
+// recommended stack, writes one invoice per order (run fails otherwise, or if it cannot
+// remove what it created).
+func TestAMQPProgram(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), testenv.AMQPURL(t), testenv.PostgresURL(t), 20, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
 }

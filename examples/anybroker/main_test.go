@@ -21,7 +21,7 @@ import (
 // tests in examples/<broker> are the ones that force redeliveries.)
 func TestAnyBroker(t *testing.T) {
 	postgres := testenv.PostgresURL(t)
-	for _, broker := range Brokers {
+	for _, broker := range brokerNames() {
 		t.Run(broker, func(t *testing.T) {
 			cfg := config{Broker: broker, Topic: testenv.Name("orders"), Orders: 50, Postgres: postgres}
 			switch broker {

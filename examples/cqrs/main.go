@@ -10,7 +10,7 @@
 //
 // The program sends every message 1-3 times, fails the first run of some IssueInvoice
 // handlers after they published and some publishes of InvoiceIssued, then prints a verdict
-// and exits non-zero unless every command had exactly one effect.
+// and exits non-zero unless every command had exactly one effect (demo.go).
 //
 //	go run ./examples/cqrs [-amqp URL] [-postgres URL] [-orders N]
 package main
@@ -20,11 +20,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
-	"strings"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,17 +36,16 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	inbox "github.com/inboxkit/watermill-inbox"
-	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
-	"github.com/inboxkit/watermill-inbox/internal/testenv"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 func main() {
-	amqpURL := flag.String("amqp", demo.AMQPURL, demo.FlagHelp("RabbitMQ URL", "INBOX_TEST_AMQP_URL"))
-	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL", "INBOX_TEST_POSTGRES_URL"))
+	amqpURL := flag.String("amqp", envOr("INBOX_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		"RabbitMQ URL (default $INBOX_TEST_AMQP_URL, or the shown value)")
+	postgres := flag.String("postgres", envOr("INBOX_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		"PostgreSQL URL (default $INBOX_TEST_POSTGRES_URL, or the shown value)")
 	orders := flag.Int("orders", 100, "orders to invoice")
 	flag.Parse()
 	if err := run(context.Background(), *amqpURL, *postgres, *orders, os.Stdout); err != nil {
@@ -87,11 +86,24 @@ const (
 	ShippingHandler     = "Shipping"
 )
 
+// Consumers maps each handler to its inbox consumer, written out: a renamed handler keeps
+// its claims by an entry for its new name (Options.RenamedHandlers), and one without an entry
+// is refused instead of processing every message again under a new name.
+var Consumers = map[string]string{
+	IssueInvoiceHandler: "IssueInvoice",
+	ReceiptsHandler:     "Receipts",
+	SendReceiptHandler:  "SendReceipt",
+	ShippingHandler:     "Shipping",
+}
+
+// Marshaler names messages by their struct's name, in the "name" metadata.
+var Marshaler = cqrs.JSONMarshaler{GenerateName: cqrs.StructName}
+
 // Options configures an App. The zero value of every field but AMQPURL and Pool is usable.
 type Options struct {
 	AMQPURL string
 	Pool    *pgxpool.Pool
-	// Prefix names the tables, topics and queues; Default: a random one.
+	// Prefix names the tables, topics and queues. Default: cqrs_<random>, new each time.
 	Prefix string
 	// WrapPublisher wraps the RabbitMQ publisher that the inbox.Publisher publishes through.
 	WrapPublisher func(message.Publisher) message.Publisher
@@ -120,7 +132,7 @@ type App struct {
 	// Store is the inbox's store.
 	Store *sqlinbox.PgxStore
 	// Poisoned holds the messages the poison queue took.
-	Poisoned *demo.Held
+	Poisoned *Held
 
 	opts Options
 	mu   sync.Mutex
@@ -135,24 +147,11 @@ type Tables struct{ Inbox, Invoices, Receipts, Emails string }
 // Topics are the App's topics: one per command, one for every event.
 type Topics struct{ IssueInvoice, SendReceipt, Events string }
 
-// Consumers maps each handler to its inbox consumer, written out: a renamed handler keeps
-// its claims by an entry for its new name (Options.RenamedHandlers), and one without an entry
-// is refused instead of processing every message again under a new name.
-var Consumers = map[string]string{
-	IssueInvoiceHandler: "IssueInvoice",
-	ReceiptsHandler:     "Receipts",
-	SendReceiptHandler:  "SendReceipt",
-	ShippingHandler:     "Shipping",
-}
-
-// Marshaler names messages by their struct's name, in the "name" metadata.
-var Marshaler = cqrs.JSONMarshaler{GenerateName: cqrs.StructName}
-
 // NewApp creates the tables and the router. Run the router, and wait for Router.Running,
 // before sending: RabbitMQ drops what is published to an exchange no queue is bound to yet.
 func NewApp(ctx context.Context, o Options) (*App, error) {
 	if o.Prefix == "" {
-		o.Prefix = testenv.Name("cqrs")
+		o.Prefix = "cqrs_" + strconv.FormatUint(rand.Uint64(), 36)
 	}
 	if o.IssueInvoiceHandlerName == "" {
 		o.IssueInvoiceHandlerName = IssueInvoiceHandler
@@ -162,60 +161,81 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 		Tables: Tables{Inbox: o.Prefix + "_inbox", Invoices: o.Prefix + "_invoices", Receipts: o.Prefix + "_receipts", Emails: o.Prefix + "_emails"},
 		Topics: Topics{IssueInvoice: o.Prefix + ".IssueInvoice", SendReceipt: o.Prefix + ".SendReceipt", Events: o.Prefix + ".events"},
 	}
+	if err := a.createTables(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.newBuses(); err != nil {
+		return nil, err
+	}
+	inboxMiddleware, err := a.newInboxMiddleware()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.newRouter(inboxMiddleware); err != nil {
+		return nil, err
+	}
+	if err := a.addHandlers(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// createTables creates the tables the handlers write to, and the inbox table with its store.
+func (a *App) createTables(ctx context.Context) error {
 	for _, ddl := range []string{
 		"CREATE TABLE IF NOT EXISTS " + a.Tables.Invoices + " (order_id text NOT NULL, amount_cents bigint NOT NULL)",
 		"CREATE TABLE IF NOT EXISTS " + a.Tables.Receipts + " (order_id text NOT NULL, event_uuid text NOT NULL)",
 		"CREATE TABLE IF NOT EXISTS " + a.Tables.Emails + " (order_id text NOT NULL)",
 	} {
-		if _, err := o.Pool.Exec(ctx, ddl); err != nil {
-			return nil, err
+		if _, err := a.opts.Pool.Exec(ctx, ddl); err != nil {
+			return err
 		}
 	}
-	store, err := sqlinbox.NewPgx(o.Pool, sqlinbox.Config{Table: a.Tables.Inbox})
+	store, err := sqlinbox.NewPgx(a.opts.Pool, sqlinbox.Config{Table: a.Tables.Inbox})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.Store = store
-	if err := store.InitializeSchema(ctx); err != nil {
-		return nil, err
-	}
+	return store.InitializeSchema(ctx)
+}
 
-	// One publisher for commands and events: a fanout exchange per topic, a durable queue per
-	// topic and handler, so every handler of a topic gets every message, and the instances of
-	// one handler compete for them.
-	logger := watermill.NopLogger{}
+// newBuses builds the one inbox.Publisher of this inbox, on RabbitMQ, and both buses on it.
+// RabbitMQ has a fanout exchange per topic and a durable queue per topic and handler, so
+// every handler of a topic gets every message, and the instances of one handler compete
+// for them.
+func (a *App) newBuses() error {
 	var rabbit message.Publisher
-	rabbit, err = amqp.NewPublisher(amqp.NewDurablePubSubConfig(o.AMQPURL, nil), logger)
+	rabbit, err := amqp.NewPublisher(amqp.NewDurablePubSubConfig(a.opts.AMQPURL, nil), watermill.NopLogger{})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if o.WrapPublisher != nil {
-		rabbit = o.WrapPublisher(rabbit)
+	if a.opts.WrapPublisher != nil {
+		rabbit = a.opts.WrapPublisher(rabbit)
 	}
-	// The one inbox.Publisher of this inbox, shared by both buses.
 	if a.Publisher, err = inbox.NewPublisher(rabbit); err != nil {
-		return nil, err
+		return err
 	}
 	if a.CommandBus, err = cqrs.NewCommandBusWithConfig(a.Publisher, cqrs.CommandBusConfig{
 		GeneratePublishTopic: func(p cqrs.CommandBusGeneratePublishTopicParams) (string, error) {
-			return o.Prefix + "." + p.CommandName, nil
+			return a.opts.Prefix + "." + p.CommandName, nil
 		},
 		Marshaler: Marshaler,
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	if a.EventBus, err = cqrs.NewEventBusWithConfig(a.Publisher, cqrs.EventBusConfig{
+	a.EventBus, err = cqrs.NewEventBusWithConfig(a.Publisher, cqrs.EventBusConfig{
 		GeneratePublishTopic: func(cqrs.GenerateEventPublishTopicParams) (string, error) { return a.Topics.Events, nil },
 		Marshaler:            Marshaler,
-	}); err != nil {
-		return nil, err
-	}
+	})
+	return err
+}
 
-	// Which event each event handler handles: every other type on the shared topic is acked
-	// without a claim.
+// newInboxMiddleware returns the inbox: a consumer per handler, and Skip for the event
+// types an event handler does not handle, which it acks without a claim.
+func (a *App) newInboxMiddleware() (message.HandlerMiddleware, error) {
 	handles := map[string]string{ReceiptsHandler: Marshaler.Name(&InvoiceIssued{}), ShippingHandler: Marshaler.Name(&OrderShipped{})}
 	consumers := maps.Clone(Consumers)
-	maps.Copy(consumers, o.RenamedHandlers)
+	maps.Copy(consumers, a.opts.RenamedHandlers)
 	config := inbox.Config{
 		Publisher: a.Publisher, // so a duplicate can republish before any handler published
 		Skip: func(msg *message.Message) bool {
@@ -224,23 +244,23 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 		},
 		ConsumerFromHandler: inbox.ConsumerByHandler(consumers),
 	}
-	if o.NoSkip {
+	if a.opts.NoSkip {
 		config.Skip = nil
 	}
-	inboxMiddleware, err := inbox.NewMiddleware(store, config, logger)
-	if err != nil {
-		return nil, err
-	}
-	// Poisoned messages are held in memory, so that a run leaves nothing on RabbitMQ; a
-	// poisoned message fails the run's verdict.
-	a.Poisoned = &demo.Held{}
-	poisonQueue, err := middleware.PoisonQueue(a.Poisoned, o.Prefix+".poison")
-	if err != nil {
-		return nil, err
-	}
+	return inbox.NewMiddleware(a.Store, config, watermill.NopLogger{})
+}
 
-	if a.Router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger); err != nil {
-		return nil, err
+// newRouter builds the router with the recommended middleware stack. Poisoned messages are
+// held in memory, so that a run leaves nothing on RabbitMQ; a poisoned message fails the
+// run's verdict.
+func (a *App) newRouter(inboxMiddleware message.HandlerMiddleware) error {
+	a.Poisoned = &Held{}
+	poisonQueue, err := middleware.PoisonQueue(a.Poisoned, a.opts.Prefix+".poison")
+	if err != nil {
+		return err
+	}
+	if a.Router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, watermill.NopLogger{}); err != nil {
+		return err
 	}
 	// Not part of the stack: counts the deliveries in flight, so that a run closes the
 	// router only when none is, and no copy is cancelled into the poison queue.
@@ -260,125 +280,58 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 		middleware.Timeout(10*time.Second), // bounds the handler, inside the inbox
 		middleware.CorrelationID,           // stamps returned messages before the inbox records them
 	)
+	return nil
+}
 
-	subscriber := func(handlerName string) (message.Subscriber, error) {
-		sub, err := amqp.NewSubscriber(amqp.NewDurablePubSubConfig(o.AMQPURL,
-			amqp.GenerateQueueNameTopicNameWithSuffix(handlerName)), logger)
-		if err != nil || o.WrapSubscriber == nil {
-			return sub, err
-		}
-		return o.WrapSubscriber(handlerName, sub), nil
-	}
+// addHandlers adds the command and event handlers to the router, each on a RabbitMQ queue
+// of its own.
+func (a *App) addHandlers() error {
 	commands, err := cqrs.NewCommandProcessorWithConfig(a.Router, cqrs.CommandProcessorConfig{
 		GenerateSubscribeTopic: func(p cqrs.CommandProcessorGenerateSubscribeTopicParams) (string, error) {
-			return o.Prefix + "." + p.CommandName, nil
+			return a.opts.Prefix + "." + p.CommandName, nil
 		},
 		SubscriberConstructor: func(p cqrs.CommandProcessorSubscriberConstructorParams) (message.Subscriber, error) {
-			return subscriber(p.HandlerName)
+			return a.subscriber(p.HandlerName)
 		},
 		Marshaler: Marshaler,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := commands.AddHandlers(
-		cqrs.NewCommandHandler(o.IssueInvoiceHandlerName, a.issueInvoice),
+		cqrs.NewCommandHandler(a.opts.IssueInvoiceHandlerName, a.issueInvoice),
 		cqrs.NewCommandHandler(SendReceiptHandler, a.sendReceipt),
 	); err != nil {
-		return nil, err
+		return err
 	}
 	events, err := cqrs.NewEventProcessorWithConfig(a.Router, cqrs.EventProcessorConfig{
 		GenerateSubscribeTopic: func(cqrs.EventProcessorGenerateSubscribeTopicParams) (string, error) {
 			return a.Topics.Events, nil
 		},
 		SubscriberConstructor: func(p cqrs.EventProcessorSubscriberConstructorParams) (message.Subscriber, error) {
-			return subscriber(p.HandlerName)
+			return a.subscriber(p.HandlerName)
 		},
 		AckOnUnknownEvent: true, // reached only without Skip
 		Marshaler:         Marshaler,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := events.AddHandlers(
+	return events.AddHandlers(
 		cqrs.NewEventHandler(ReceiptsHandler, a.receipt),
 		cqrs.NewEventHandler(ShippingHandler, func(context.Context, *OrderShipped) error { return nil }),
-	); err != nil {
-		return nil, err
-	}
-	return a, nil
+	)
 }
 
-// Queues returns the RabbitMQ queues the App declares, and Exchanges its exchanges.
-func (a *App) Queues() []string {
-	return []string{
-		a.Topics.IssueInvoice + "_" + a.opts.IssueInvoiceHandlerName, a.Topics.SendReceipt + "_" + SendReceiptHandler,
-		a.Topics.Events + "_" + ReceiptsHandler, a.Topics.Events + "_" + ShippingHandler,
+// subscriber returns the RabbitMQ subscriber of a handler: its own durable queue, bound to
+// the topic's exchange.
+func (a *App) subscriber(handlerName string) (message.Subscriber, error) {
+	sub, err := amqp.NewSubscriber(amqp.NewDurablePubSubConfig(a.opts.AMQPURL,
+		amqp.GenerateQueueNameTopicNameWithSuffix(handlerName)), watermill.NopLogger{})
+	if err != nil || a.opts.WrapSubscriber == nil {
+		return sub, err
 	}
-}
-
-// Exchanges returns the RabbitMQ exchanges the App declares.
-func (a *App) Exchanges() []string {
-	return []string{a.Topics.IssueInvoice, a.Topics.SendReceipt, a.Topics.Events}
-}
-
-// DeleteTopology deletes the App's RabbitMQ queues and exchanges.
-func (a *App) DeleteTopology() error {
-	conn, err := amqp091.Dial(a.opts.AMQPURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	var errs []error
-	for _, q := range a.Queues() {
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for _, x := range a.Exchanges() {
-		errs = append(errs, ch.ExchangeDelete(x, false, false))
-	}
-	return errors.Join(errs...)
-}
-
-// QueuesEmpty reports whether no queue of the App has a message ready for a consumer.
-func (a *App) QueuesEmpty() (bool, error) {
-	conn, err := amqp091.Dial(a.opts.AMQPURL)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return false, err
-	}
-	defer ch.Close()
-	for _, q := range a.Queues() {
-		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-		if err != nil {
-			return false, fmt.Errorf("inspect queue %s: %w", q, err)
-		}
-		if info.Messages > 0 {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// DropTables drops the App's tables.
-func (a *App) DropTables(ctx context.Context) error {
-	var errs []error
-	for _, table := range []string{a.Tables.Inbox, a.Tables.Invoices, a.Tables.Receipts, a.Tables.Emails} {
-		if _, err := a.opts.Pool.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return a.opts.WrapSubscriber(handlerName, sub), nil
 }
 
 // tx is the inbox transaction of a handler's context.
@@ -436,162 +389,61 @@ func (a *App) sendReceipt(ctx context.Context, cmd *SendReceipt) error {
 	return err
 }
 
-// Count returns the rows of table, of one order if orderID is not empty.
-func (a *App) Count(ctx context.Context, table, orderID string) (n int, err error) {
-	query, args := "SELECT COUNT(*) FROM "+table, []any{}
-	if orderID != "" {
-		query, args = query+" WHERE order_id = $1", append(args, orderID)
+// failedRuns counts the runs of the IssueInvoice handler beyond the first of each order.
+func (a *App) failedRuns() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, runs := range a.runs {
+		n += runs - 1
 	}
-	err = a.opts.Pool.QueryRow(ctx, query, args...).Scan(&n)
-	return n, err
+	return n
 }
 
-// run invoices orders the way an at-least-once broker and a flaky network treat them: every
-// message is sent 1-3 times (copies under one UUID), the IssueInvoice handler of every fifth
-// order fails after it published, on its first run, and some publishes of InvoiceIssued
-// fail. Every other order is shipped too. It then prints what the tables hold and a verdict,
-// and returns an error unless every command had exactly one effect.
-func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Writer) error {
-	pool, err := pgxpool.New(ctx, postgres)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	broker := &copyingBroker{failEvery: 4, failures: orders / 10}
-	app, err := NewApp(ctx, Options{AMQPURL: amqpURL, Pool: pool,
-		WrapPublisher:    func(p message.Publisher) message.Publisher { broker.Publisher = p; return broker },
-		FailAfterPublish: func(orderID string, run int) bool { return run == 1 && strings.HasSuffix(orderID, "5") }})
-	if err != nil {
-		return err
-	}
-	broker.failTopic = app.Topics.Events
-	defer func() {
-		_ = app.DropTables(context.WithoutCancel(ctx))
-		_ = app.DeleteTopology()
-	}()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- app.Router.Run(ctx) }()
-	<-app.Router.Running()
+// Held is a message.Publisher that keeps what is published to it in memory: the poison
+// queue of a program that must leave nothing on its broker.
+type Held struct {
+	mu   sync.Mutex
+	msgs []*message.Message
+}
 
-	// Not a handler: inbox.PublishNow has the buses publish at once.
-	for i := range orders {
-		order := fmt.Sprintf("order-%04d", i)
-		if err := app.CommandBus.Send(inbox.PublishNow(ctx), &IssueInvoice{OrderID: order, AmountCents: int64(100 + i)}); err != nil {
-			return err
-		}
-		if i%2 == 0 {
-			if err := app.EventBus.Publish(inbox.PublishNow(ctx), &OrderShipped{OrderID: order}); err != nil {
-				return err
-			}
-		}
-	}
-	// Every receipt e-mailed, no message left waiting in a queue and none in a handler: the
-	// copies are through.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		emails, err := app.Count(ctx, app.Tables.Emails, "")
-		if err != nil {
-			return err
-		}
-		empty, err := app.QueuesEmpty()
-		if err != nil {
-			return err
-		}
-		if emails >= orders && empty && app.inFlight.Load() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d receipts e-mailed after a minute", emails, orders)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := app.Router.Close(); err != nil { // waits for the handlers still running
-		return err
-	}
-	if err := <-done; err != nil {
-		return err
-	}
-	for _, table := range []string{app.Tables.Invoices, app.Tables.Receipts, app.Tables.Emails, app.Tables.Inbox} {
-		n, err := app.Count(ctx, table, "")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%-40s %d rows\n", table, n)
-	}
-
-	// The verdict: one invoice, one receipt and one e-mail per order, nothing poisoned.
-	var wrong []string
-	for i := range orders {
-		order := fmt.Sprintf("order-%04d", i)
-		for _, table := range []string{app.Tables.Invoices, app.Tables.Receipts, app.Tables.Emails} {
-			n, err := app.Count(ctx, table, order)
-			if err != nil {
-				return err
-			}
-			if n != 1 {
-				wrong = append(wrong, fmt.Sprintf("%s: %d rows in %s", order, n, table))
-			}
-		}
-	}
-	if n := app.Poisoned.Count(); n > 0 {
-		wrong = append(wrong, fmt.Sprintf("%d messages poisoned: %s", n, strings.Join(app.Poisoned.Reasons(), "; ")))
-	}
-	app.mu.Lock()
-	failedRuns := 0
-	for _, runs := range app.runs {
-		failedRuns += runs - 1
-	}
-	app.mu.Unlock()
-	sent, copies, failed := broker.counts()
-	faults := fmt.Sprintf("%d messages sent %d times, %d IssueInvoice runs failed after publishing, %d publishes failed",
-		sent, sent+copies, failedRuns, failed)
-	if len(wrong) > 0 {
-		return fmt.Errorf("not one effect per command (%s): %s", faults, strings.Join(wrong, "; "))
-	}
-	fmt.Fprintf(out, "verdict: every command had exactly one effect (%d orders; %s)\n", orders, faults)
+// Publish keeps msgs.
+func (h *Held) Publish(_ string, msgs ...*message.Message) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, msgs...)
 	return nil
 }
 
-// copyingBroker is the publisher the inbox.Publisher publishes through, made to act as an
-// at-least-once broker and a flaky network: every message it accepts is sent 1-3 times, and
-// while failures last, every failEvery-th publish of InvoiceIssued to failTopic fails with
-// nothing sent.
-type copyingBroker struct {
-	message.Publisher
-	failTopic string
-	failEvery int
+// Close does nothing.
+func (h *Held) Close() error { return nil }
 
-	mu                            sync.Mutex
-	calls, failures               int
-	sent, copies, failedPublishes int
+// Count returns how many messages were published to h.
+func (h *Held) Count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.msgs)
 }
 
-func (b *copyingBroker) Publish(topic string, msgs ...*message.Message) error {
-	b.mu.Lock()
-	b.calls++
-	if topic == b.failTopic && Marshaler.NameFromMessage(msgs[0]) == Marshaler.Name(&InvoiceIssued{}) &&
-		b.failures > 0 && b.calls%b.failEvery == 0 {
-		b.failures--
-		b.failedPublishes++
-		b.mu.Unlock()
-		return errors.New("connection reset by peer")
-	}
-	copies := rand.IntN(3)
-	b.sent += len(msgs)
-	b.copies += copies * len(msgs)
-	b.mu.Unlock()
-	for range 1 + copies {
-		if err := b.Publisher.Publish(topic, msgs...); err != nil {
-			return err
+// Reasons returns the distinct reasons the poison queue recorded on the messages, in the
+// order first seen.
+func (h *Held) Reasons() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var reasons []string
+	for _, msg := range h.msgs {
+		if r := msg.Metadata.Get(middleware.ReasonForPoisonedKey); !slices.Contains(reasons, r) {
+			reasons = append(reasons, r)
 		}
 	}
-	return nil
+	return reasons
 }
 
-func (b *copyingBroker) counts() (sent, copies, failed int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sent, b.copies, b.failedPublishes
+// envOr returns the environment variable's value, or fallback when it is unset: the
+// program finds its services where the repository's tests do.
+func envOr(variable, fallback string) string {
+	if v := os.Getenv(variable); v != "" {
+		return v
+	}
+	return fallback
 }

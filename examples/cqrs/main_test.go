@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -316,8 +318,23 @@ func TestCQRS(t *testing.T) {
 	broker.eventsTopic = app.Topics.Events
 	broker.mu.Unlock()
 
+	shipped := sendEveryThirdShipped(t, app, orders)
+	waitFor(t, "every receipt e-mailed and every queue drained", func() bool {
+		return app.count(t, app.Tables.Emails, "") >= orders && watch.settling() == 0 && app.queuesEmpty(t)
+	})
+	if err := app.Router.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkOneEffectPerOrder(t, app, broker, orders)
+	checkClaimsOfHandledEventsOnly(t, app, watch, orders, shipped)
+	checkFaultsInjected(t, app, broker, watch, orders)
+}
+
+// sendEveryThirdShipped sends IssueInvoice for every order and OrderShipped for every third,
+// and returns how many orders shipped.
+func sendEveryThirdShipped(t *testing.T, app *App, orders int) (shipped int) {
+	t.Helper()
 	ctx := context.Background()
-	shipped := 0
 	for i := range orders {
 		order := fmt.Sprintf("order-%04d", i)
 		if err := app.CommandBus.Send(inbox.PublishNow(ctx), &IssueInvoice{OrderID: order, AmountCents: int64(100 + i)}); err != nil {
@@ -330,13 +347,14 @@ func TestCQRS(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "every receipt e-mailed and every queue drained", func() bool {
-		return app.count(t, app.Tables.Emails, "") >= orders && watch.settling() == 0 && app.queuesEmpty(t)
-	})
-	if err := app.Router.Close(); err != nil {
-		t.Fatal(err)
-	}
+	return shipped
+}
 
+// checkOneEffectPerOrder asserts one invoice, one receipt and one e-mail per order; every
+// order's InvoiceIssued and SendReceipt each under one UUID, whatever was redelivered; and
+// the receipt recording that UUID.
+func checkOneEffectPerOrder(t *testing.T, app *App, broker *flakyBroker, orders int) {
+	t.Helper()
 	invoiceIssued := broker.uuidsByOrder(Marshaler.Name(&InvoiceIssued{}))
 	sendReceipt := broker.uuidsByOrder(Marshaler.Name(&SendReceipt{}))
 	for i := range orders {
@@ -353,14 +371,18 @@ func TestCQRS(t *testing.T) {
 		}
 		for uuid := range invoiceIssued[order] {
 			var got string
-			if err := app.opts.Pool.QueryRow(ctx, "SELECT event_uuid FROM "+app.Tables.Receipts+" WHERE order_id = $1",
+			if err := app.opts.Pool.QueryRow(context.Background(), "SELECT event_uuid FROM "+app.Tables.Receipts+" WHERE order_id = $1",
 				order).Scan(&got); err != nil || got != uuid {
 				t.Errorf("%s: receipt for event %q (%v), want %q", order, got, err, uuid)
 			}
 		}
 	}
+}
 
-	// Claims only for what each handler handles, though both event handlers got every event.
+// checkClaimsOfHandledEventsOnly asserts claims only for what each handler handles, though
+// both event handlers got every event.
+func checkClaimsOfHandledEventsOnly(t *testing.T, app *App, watch *deliveries, orders, shipped int) {
+	t.Helper()
 	for consumer, want := range map[string]int{IssueInvoiceHandler: orders, ReceiptsHandler: orders, SendReceiptHandler: orders, ShippingHandler: shipped} {
 		if n := app.claims(t, consumer); n != want {
 			t.Errorf("claims of %s: %d, want %d", consumer, n, want)
@@ -374,28 +396,30 @@ func TestCQRS(t *testing.T) {
 	if n := watch.byType[ShippingHandler][Marshaler.Name(&InvoiceIssued{})]; n < orders {
 		t.Errorf("the shipping handler got %d InvoiceIssued deliveries, want at least %d: Skip not exercised", n, orders)
 	}
+}
 
-	// The faults happened.
+// checkFaultsInjected asserts that the faults happened: failed runs, failed publishes, and
+// dropped acks whose commands were delivered again.
+func checkFaultsInjected(t *testing.T, app *App, broker *flakyBroker, watch *deliveries, orders int) {
+	t.Helper()
+	watch.mu.Lock()
 	redelivered := 0
 	for _, order := range watch.dropped {
 		if watch.orders[order] > 1 {
 			redelivered++
 		}
 	}
-	app.mu.Lock()
-	failedRuns := 0
-	for _, runs := range app.runs {
-		failedRuns += runs - 1
-	}
-	app.mu.Unlock()
+	dropped := len(watch.dropped)
+	watch.mu.Unlock()
+	failedRuns := app.failedRuns()
 	broker.mu.Lock()
 	failedPublishes := broker.failed
 	broker.mu.Unlock()
 	t.Logf("%d orders: %d failed IssueInvoice runs, %d failed event publishes, %d acks dropped",
-		orders, failedRuns, failedPublishes, len(watch.dropped))
-	if failedRuns < orders/3 || failedPublishes == 0 || len(watch.dropped) == 0 || redelivered == 0 {
+		orders, failedRuns, failedPublishes, dropped)
+	if failedRuns < orders/3 || failedPublishes == 0 || dropped == 0 || redelivered == 0 {
 		t.Errorf("faults not injected: %d failed runs, %d failed publishes, %d acks dropped (%d IssueInvoice redelivered)",
-			failedRuns, failedPublishes, len(watch.dropped), redelivered)
+			failedRuns, failedPublishes, dropped, redelivered)
 	}
 }
 
@@ -432,10 +456,6 @@ func TestSharedTopicWithoutSkipClaimsEveryEvent(t *testing.T) {
 	}
 }
 
-// A renamed handler keeps its claims when ConsumerFromHandler maps its new name to the old
-// consumer: the commands processed under IssueInvoice, delivered again to IssueInvoiceV2,
-// are duplicates. Without the mapping the renamed handler is a new consumer and invoices
-// every order again.
 // A handler renamed between deploys keeps its claims when Options.RenamedHandlers maps its
 // new name to its consumer; without the entry its messages are refused (poisoned with
 // inbox.ErrNoConsumer) before any claim, never processed again under the new name.
@@ -452,17 +472,7 @@ func TestRenamedHandler(t *testing.T) {
 			const orders = 10
 			pool := e2e.Pool(t)
 			broker := &flakyBroker{}
-			wrap := func(p message.Publisher) message.Publisher { broker.Publisher = p; return broker }
-			first := startApp(t, Options{Pool: pool, WrapPublisher: wrap})
-			for i := range orders {
-				if err := first.CommandBus.Send(inbox.PublishNow(context.Background()), &IssueInvoice{OrderID: fmt.Sprintf("order-%04d", i)}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			waitFor(t, "every order e-mailed", func() bool { return first.count(t, first.Tables.Emails, "") == orders && first.queuesEmpty(t) })
-			if err := first.Router.Close(); err != nil {
-				t.Fatal(err)
-			}
+			first := invoiceUnderFirstName(t, pool, broker, orders)
 
 			// The same database and topics, the handler renamed; the commands come again.
 			o := Options{Pool: pool, Prefix: strings.TrimSuffix(first.Tables.Inbox, "_inbox"), IssueInvoiceHandlerName: "IssueInvoiceV2"}
@@ -472,47 +482,80 @@ func TestRenamedHandler(t *testing.T) {
 			watch := newDeliveries(0, 0)
 			o.WrapSubscriber = watch.wrap
 			renamed := startApp(t, o)
-			rabbit, err := amqp.NewPublisher(amqp.NewDurablePubSubConfig(testenv.AMQPURL(t), nil), watermill.NopLogger{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rabbit.Close()
-			broker.mu.Lock()
-			var commands []*message.Message
-			for _, s := range broker.accepted {
-				if s.topic == first.Topics.IssueInvoice {
-					commands = append(commands, s.msg)
-				}
-			}
-			broker.mu.Unlock()
-			if err := rabbit.Publish(renamed.Topics.IssueInvoice, commands...); err != nil {
-				t.Fatal(err)
-			}
+			commands := publishAgain(t, broker, first.Topics.IssueInvoice)
 			waitFor(t, "every command acked by the renamed handler", func() bool {
-				return watch.settledBy("IssueInvoiceV2") >= len(commands) && renamed.queuesEmpty(t)
+				return watch.settledBy("IssueInvoiceV2") >= commands && renamed.queuesEmpty(t)
 			})
-			for i := range orders {
-				order := fmt.Sprintf("order-%04d", i)
-				if n := renamed.count(t, renamed.Tables.Invoices, order); n != 1 {
-					t.Errorf("%s: %d invoices, want 1", order, n)
-				}
-			}
-			if n := renamed.claims(t, "IssueInvoiceV2"); n != 0 {
-				t.Errorf("claims under the new name IssueInvoiceV2: %d, want 0", n)
-			}
 			wantPoisoned := 0
 			if c.poisoned {
-				wantPoisoned = len(commands)
+				wantPoisoned = commands
 			}
-			if n := renamed.Poisoned.Count(); n != wantPoisoned {
-				t.Errorf("poisoned %d commands, want %d (reasons: %v)", n, wantPoisoned, renamed.Poisoned.Reasons())
-			}
-			for _, reason := range renamed.Poisoned.Reasons() {
-				if !strings.Contains(reason, inbox.ErrNoConsumer.Error()) || !strings.Contains(reason, "IssueInvoiceV2") {
-					t.Errorf("poisoned because %q, want inbox.ErrNoConsumer naming IssueInvoiceV2", reason)
-				}
-			}
+			checkRenamed(t, renamed, orders, wantPoisoned)
 		})
+	}
+}
+
+// invoiceUnderFirstName runs an App whose IssueInvoice handler has its first name until
+// every order is e-mailed, and returns it, closed.
+func invoiceUnderFirstName(t *testing.T, pool *pgxpool.Pool, broker *flakyBroker, orders int) *App {
+	t.Helper()
+	wrap := func(p message.Publisher) message.Publisher { broker.Publisher = p; return broker }
+	first := startApp(t, Options{Pool: pool, WrapPublisher: wrap})
+	for i := range orders {
+		if err := first.CommandBus.Send(inbox.PublishNow(context.Background()), &IssueInvoice{OrderID: fmt.Sprintf("order-%04d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every order e-mailed", func() bool { return first.count(t, first.Tables.Emails, "") == orders && first.queuesEmpty(t) })
+	if err := first.Router.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return first
+}
+
+// publishAgain publishes, straight to RabbitMQ, the messages the broker accepted for topic,
+// and returns how many.
+func publishAgain(t *testing.T, broker *flakyBroker, topic string) int {
+	t.Helper()
+	rabbit, err := amqp.NewPublisher(amqp.NewDurablePubSubConfig(testenv.AMQPURL(t), nil), watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rabbit.Close()
+	broker.mu.Lock()
+	var msgs []*message.Message
+	for _, s := range broker.accepted {
+		if s.topic == topic {
+			msgs = append(msgs, s.msg)
+		}
+	}
+	broker.mu.Unlock()
+	if err := rabbit.Publish(topic, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	return len(msgs)
+}
+
+// checkRenamed asserts one invoice per order, no claim under the new name, and wantPoisoned
+// commands poisoned, each for inbox.ErrNoConsumer naming the new name.
+func checkRenamed(t *testing.T, renamed *App, orders, wantPoisoned int) {
+	t.Helper()
+	for i := range orders {
+		order := fmt.Sprintf("order-%04d", i)
+		if n := renamed.count(t, renamed.Tables.Invoices, order); n != 1 {
+			t.Errorf("%s: %d invoices, want 1", order, n)
+		}
+	}
+	if n := renamed.claims(t, "IssueInvoiceV2"); n != 0 {
+		t.Errorf("claims under the new name IssueInvoiceV2: %d, want 0", n)
+	}
+	if n := renamed.Poisoned.Count(); n != wantPoisoned {
+		t.Errorf("poisoned %d commands, want %d (reasons: %v)", n, wantPoisoned, renamed.Poisoned.Reasons())
+	}
+	for _, reason := range renamed.Poisoned.Reasons() {
+		if !strings.Contains(reason, inbox.ErrNoConsumer.Error()) || !strings.Contains(reason, "IssueInvoiceV2") {
+			t.Errorf("poisoned because %q, want inbox.ErrNoConsumer naming IssueInvoiceV2", reason)
+		}
 	}
 }
 
@@ -618,4 +661,15 @@ func (p *rejectingPublisher) acceptedUUIDs(topic string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.accepted[topic]...)
+}
+
+// TestCQRSProgram runs the program as .ci/run does, with few orders: every command has
+// exactly one effect though messages are copied and some runs and publishes fail (run fails
+// otherwise).
+func TestCQRSProgram(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), testenv.AMQPURL(t), testenv.PostgresURL(t), 20, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
 }

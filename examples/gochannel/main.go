@@ -1,41 +1,59 @@
-// Command gochannel runs the billing handler behind the inbox on Watermill's in-memory Go
-// channel pub/sub, with PostgreSQL as the database.
+// Command gochannel runs an order handler behind the inbox on Watermill's in-memory Go
+// channel pub/sub, with PostgreSQL as the database. It publishes orders 1-3 times each and
+// fails unless every order got exactly one invoice (demo.go).
 //
 //	go run ./examples/gochannel -postgres postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inboxkit/watermill-inbox/examples/billing"
-	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 func main() {
-	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL", "INBOX_TEST_POSTGRES_URL"))
+	postgres := flag.String("postgres", envOr("INBOX_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		"PostgreSQL URL (default $INBOX_TEST_POSTGRES_URL, or the shown value)")
 	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.Parse()
-
-	pubSub := newPubSub()
-	defer pubSub.Close()
-	err := demo.Run(context.Background(), demo.Options{
-		PostgresURL: *postgres,
-		Topic:       billing.Topic,
-		Orders:      *orders,
-		Publisher:   pubSub,
-		Subscriber:  pubSub,
-		Out:         os.Stdout,
-	})
-	if err != nil {
+	if err := run(context.Background(), *postgres, *orders, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "gochannel:", err)
 		os.Exit(1)
 	}
+}
+
+// run opens the broker and the database, builds the router with the inbox, and has the
+// demo publish the orders and check the invoices; it removes what it created when it ends.
+func run(ctx context.Context, postgres string, orders int, out io.Writer) (err error) {
+	pubSub := newPubSub()
+	defer pubSub.Close()
+	pool, err := pgxpool.New(ctx, postgres)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	d := newDemo(pool)
+	defer func() { err = errors.Join(err, d.dropTables(ctx)) }()
+	router, err := newRouter(ctx, pool, pubSub, d)
+	if err != nil {
+		return err
+	}
+	return d.run(ctx, router, pubSub, orders, out)
 }
 
 // newPubSub returns an in-memory pub/sub. Every message is handled in its own goroutine,
@@ -43,4 +61,85 @@ func main() {
 // survives the process.
 func newPubSub() *gochannel.GoChannel {
 	return gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+}
+
+// newRouter runs handleOrder on the demo's topic behind the inbox, in the recommended
+// middleware stack. The demo names the tables and the topic; a service has fixed ones.
+func newRouter(ctx context.Context, pool *pgxpool.Pool, subscriber message.Subscriber, d *demo) (*message.Router, error) {
+	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: d.inboxTable})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.InitializeSchema(ctx); err != nil {
+		return nil, err
+	}
+	if err := createInvoices(ctx, pool, d.invoiceTable); err != nil {
+		return nil, err
+	}
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	poisonQueue, err := middleware.PoisonQueue(d.poisoned, d.topic+"_poison")
+	if err != nil {
+		return nil, err
+	}
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return nil, err
+	}
+	router.AddMiddleware(d.countDeliveries) // not part of the stack: counts deliveries for the table
+	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	router.AddMiddleware(
+		poisonQueue,                        // outermost: takes what every retry failed
+		retry.Middleware,                   // each attempt claims in a fresh transaction
+		middleware.Recoverer,               // a panic becomes an error that Retry retries
+		inboxMiddleware,                    // claim; handler; commit or roll back
+		middleware.Timeout(10*time.Second), // bounds the handler, inside the inbox
+		middleware.CorrelationID,           // stamps returned messages before the inbox records them
+	)
+	router.AddConsumerHandler("billing", d.topic, subscriber, d.countRuns(handleOrder(d.invoiceTable)))
+	return router, nil
+}
+
+// createInvoices creates the table handleOrder writes to. It has no UNIQUE constraint on
+// order_id, on purpose: the inbox alone keeps a second invoice out, so counting rows proves it.
+func createInvoices(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	_, err := pool.Exec(ctx, "CREATE TABLE "+table+" (order_id text NOT NULL, amount_cents bigint NOT NULL)")
+	return err
+}
+
+// OrderPlaced is the event on the orders topic, as JSON. Its message's UUID is the order
+// ID, so that every copy of one order has the same inbox key.
+type OrderPlaced struct {
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
+}
+
+// handleOrder returns the handler that writes the order's invoice into table through the
+// inbox transaction: the invoice and the inbox claim commit or roll back together, and a
+// copy of a committed order never gets here.
+func handleOrder(table string) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		var order OrderPlaced
+		if err := json.Unmarshal(msg.Payload, &order); err != nil {
+			return fmt.Errorf("decode order %s: %w", msg.UUID, err)
+		}
+		tx, ok := inbox.TxFromContext[pgx.Tx](msg.Context())
+		if !ok {
+			return errors.New("no inbox transaction: run the handler behind the inbox middleware")
+		}
+		_, err := tx.Exec(msg.Context(), "INSERT INTO "+table+" (order_id, amount_cents) VALUES ($1, $2)",
+			order.OrderID, order.AmountCents)
+		return err
+	}
+}
+
+// envOr returns the environment variable's value, or fallback when it is unset: the
+// program finds its services where the repository's tests do.
+func envOr(variable, fallback string) string {
+	if v := os.Getenv(variable); v != "" {
+		return v
+	}
+	return fallback
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -20,4 +21,15 @@ func TestGoChannel(t *testing.T) {
 		Publisher:     pubSub,
 		NewSubscriber: func(*testing.T) message.Subscriber { return pubSub },
 	})
+}
+
+// TestGoChannelProgram runs the program as .ci/run does, with few orders: its own handler, behind the
+// recommended stack, writes one invoice per order (run fails otherwise, or if it cannot
+// remove what it created).
+func TestGoChannelProgram(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), testenv.PostgresURL(t), 20, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -32,6 +34,24 @@ func startKafka(t *testing.T, topic string) []string {
 	}
 	t.Cleanup(cluster.Close)
 	return cluster.ListenAddrs()
+}
+
+// TestKafkaProgram runs the program, as go run ./examples/kafka does, on a cluster that
+// creates the program's topic on first use: one invoice per order, through the program's
+// own handler and stack.
+func TestKafkaProgram(t *testing.T) {
+	t.Parallel()
+	postgres := testenv.PostgresURL(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	var out bytes.Buffer
+	if err := run(t.Context(), cluster.ListenAddrs(), postgres, 20, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
 }
 
 // TestKafka: one consumer group member on four partitions, so copies of an order on
@@ -85,65 +105,17 @@ func TestKafkaWithoutUUID(t *testing.T) {
 	pool := e2e.Pool(t)
 	topic := testenv.Name("orders")
 	brokers := startKafka(t, topic)
-	ctx := t.Context()
+	invoices, inboxMiddleware := newInbox(t, pool)
 
-	invoiceTable, inboxTable := testenv.Name("invoices"), testenv.Name("inbox")
-	e2e.DropTable(t, pool, invoiceTable)
-	e2e.DropTable(t, pool, inboxTable)
-	invoices, err := billing.NewInvoices(billing.Postgres, invoiceTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, invoices.CreateTableSQL()); err != nil {
-		t.Fatal(err)
-	}
-	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: inboxTable})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.InitializeSchema(ctx); err != nil {
-		t.Fatal(err)
-	}
-	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	var mu sync.Mutex
-	var emptyKeyErrs, otherErrs, runs int
-	failures := make(chan struct{}, 100)
-	observe := func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			out, err := h(msg)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case errors.Is(err, inbox.ErrEmptyKey):
-				emptyKeyErrs++
-				select {
-				case failures <- struct{}{}:
-				default:
-				}
-			case err != nil:
-				otherErrs++
-			}
-			return out, err
-		}
-	}
-	handle := func(msg *message.Message) error {
-		mu.Lock()
-		runs++
-		mu.Unlock()
-		return invoices.Handle(msg)
-	}
-
+	failures := newKeyFailures()
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sub := kafkaSubscriber(brokers)(t)
-	router.AddConsumerHandler("billing", topic, sub, handle).AddMiddleware(observe, inboxMiddleware)
-	go func() { _ = router.Run(context.WithoutCancel(ctx)) }()
+	router.AddConsumerHandler("billing", topic, sub, failures.handler(invoices.Handle)).
+		AddMiddleware(failures.observe, inboxMiddleware)
+	go func() { _ = router.Run(context.WithoutCancel(t.Context())) }()
 	t.Cleanup(func() { _ = router.Close() })
 	<-router.Running()
 
@@ -158,7 +130,7 @@ func TestKafkaWithoutUUID(t *testing.T) {
 	// The record fails, is nacked, comes back and fails again.
 	for range 2 {
 		select {
-		case <-failures:
+		case <-failures.emptyKey:
 		case <-time.After(60 * time.Second):
 			t.Fatal("the record without a UUID did not fail twice with inbox.ErrEmptyKey in 60s")
 		}
@@ -166,19 +138,88 @@ func TestKafkaWithoutUUID(t *testing.T) {
 	if err := router.Close(); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if runs != 0 || otherErrs != 0 {
-		t.Errorf("handler ran %d times, %d other errors; want 0 and 0", runs, otherErrs)
+	failures.mu.Lock()
+	defer failures.mu.Unlock()
+	if failures.runs != 0 || failures.otherErrs != 0 {
+		t.Errorf("handler ran %d times, %d other errors; want 0 and 0", failures.runs, failures.otherErrs)
 	}
-	counts, err := invoices.CountPgx(ctx, pool)
+	counts, err := invoices.Count(t.Context(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if counts.Invoices != 0 {
 		t.Errorf("%d invoices, want 0", counts.Invoices)
 	}
-	t.Logf("a record without a UUID failed %d times with inbox.ErrEmptyKey and wrote nothing", emptyKeyErrs)
+	t.Logf("a record without a UUID failed %d times with inbox.ErrEmptyKey and wrote nothing", failures.emptyKeyErrs)
+}
+
+// newInbox creates an invoice table and an inbox table, dropped when the test ends, and
+// returns the invoice handler and the inbox middleware.
+func newInbox(t *testing.T, pool *pgxpool.Pool) (*e2e.Invoices, message.HandlerMiddleware) {
+	t.Helper()
+	invoiceTable, inboxTable := testenv.Name("invoices"), testenv.Name("inbox")
+	e2e.DropTable(t, pool, invoiceTable)
+	e2e.DropTable(t, pool, inboxTable)
+	invoices, err := e2e.NewInvoices(invoiceTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := invoices.CreateTable(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: inboxTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.InitializeSchema(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return invoices, inboxMiddleware
+}
+
+// keyFailures counts, around the inbox, the deliveries that fail with inbox.ErrEmptyKey
+// (and signals each on emptyKey) and those that fail otherwise, and inside it the handler's
+// runs.
+type keyFailures struct {
+	emptyKey chan struct{}
+
+	mu                      sync.Mutex
+	emptyKeyErrs, otherErrs int
+	runs                    int
+}
+
+func newKeyFailures() *keyFailures { return &keyFailures{emptyKey: make(chan struct{}, 100)} }
+
+func (k *keyFailures) observe(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		out, err := h(msg)
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		switch {
+		case errors.Is(err, inbox.ErrEmptyKey):
+			k.emptyKeyErrs++
+			select {
+			case k.emptyKey <- struct{}{}:
+			default:
+			}
+		case err != nil:
+			k.otherErrs++
+		}
+		return out, err
+	}
+}
+
+func (k *keyFailures) handler(h func(*message.Message) error) func(*message.Message) error {
+	return func(msg *message.Message) error {
+		k.mu.Lock()
+		k.runs++
+		k.mu.Unlock()
+		return h(msg)
+	}
 }
 
 // kafkaSubscriber builds the example's subscriber, tuned for kfake.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -83,4 +84,15 @@ func TestNATSJetStream(t *testing.T) {
 			return info.NumPending == 0 && info.NumAckPending == 0
 		},
 	})
+}
+
+// TestNATSProgram runs the program as .ci/run does, with few orders: its own handler, behind the
+// recommended stack, writes one invoice per order (run fails otherwise, or if it cannot
+// remove what it created).
+func TestNATSProgram(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), testenv.NATSURL(t), testenv.PostgresURL(t), 20, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
 }

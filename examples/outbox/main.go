@@ -1,9 +1,10 @@
-// Command outbox runs the billing handler behind the inbox with a transactional outbox, the
+// Command outbox runs an order handler behind the inbox with a transactional outbox, the
 // Watermill way: the handler writes the invoice and its InvoiceCreated event in the inbox
 // transaction (the event through watermill-sql's publisher, wrapped by the forwarder's
 // envelope), and Watermill's forwarder relays the events from PostgreSQL to the destination
 // pub/sub. The invoice, the inbox claim and the event commit together or not at all; the
-// handler returns no messages.
+// handler returns no messages. The program fails the first run of some orders after they
+// published, and checks that one event per order arrives (demo.go).
 //
 //	go run ./examples/outbox -postgres postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 package main
@@ -14,11 +15,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"sync"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -31,30 +30,97 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
-	"github.com/inboxkit/watermill-inbox/examples/billing"
-	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
-	"github.com/inboxkit/watermill-inbox/internal/testenv"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 func main() {
-	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL, for the inbox, the invoices and the outbox", "INBOX_TEST_POSTGRES_URL"))
+	postgres := flag.String("postgres", envOr("INBOX_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		"PostgreSQL URL, for the inbox, the invoices and the outbox (default $INBOX_TEST_POSTGRES_URL, or the shown value)")
 	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.Parse()
-
 	if err := run(context.Background(), *postgres, *orders, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "outbox:", err)
 		os.Exit(1)
 	}
 }
 
-// EventsTopic is the destination topic of the InvoiceCreated events.
-const EventsTopic = "invoices"
+// The topics: orders arrive on OrdersTopic, the InvoiceCreated events leave on EventsTopic.
+const (
+	OrdersTopic = "orders"
+	EventsTopic = "invoices"
+)
+
+// OrderPlaced is the event the handler consumes, as JSON. Its message's UUID is the order
+// ID, so that every copy of one order has the same inbox key.
+type OrderPlaced struct {
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
+}
 
 // InvoiceCreated is the event the handler publishes, through the outbox, for every invoice.
 type InvoiceCreated struct {
 	OrderID     string `json:"order_id"`
 	AmountCents int64  `json:"amount_cents"`
+}
+
+// Handler is the order handler with an outbox.
+type Handler struct {
+	InvoiceTable string
+	Outbox       Outbox
+}
+
+// Handle writes the order's invoice and publishes InvoiceCreated to the outbox, both in the
+// inbox transaction. The event gets a new UUID on every run; only one run per order commits,
+// so one event per order leaves, under one UUID, which consumers downstream deduplicate on
+// (the forwarder relays at least once).
+func (h Handler) Handle(msg *message.Message) error {
+	order, err := decodeOrder(msg)
+	if err != nil {
+		return err
+	}
+	ctx := msg.Context()
+	tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
+	if !ok {
+		return errNoTransaction
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+h.InvoiceTable+" (order_id, amount_cents) VALUES ($1, $2)",
+		order.OrderID, order.AmountCents); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(InvoiceCreated{OrderID: order.OrderID, AmountCents: order.AmountCents})
+	if err != nil {
+		return err
+	}
+	event := message.NewMessage(watermill.NewUUID(), payload)
+	event.Metadata.Set("order_id", order.OrderID)
+	event.SetContext(ctx) // the publisher runs its INSERT with the first message's context
+	outbox, err := h.Outbox.Publisher(tx)
+	if err != nil {
+		return err
+	}
+	return outbox.Publish(EventsTopic, event)
+}
+
+// errNoTransaction is what Handle returns for a message that does not come through the
+// inbox middleware: without the inbox transaction it refuses to write.
+var errNoTransaction = errors.New("no inbox transaction: run the handler behind the inbox middleware")
+
+// decodeOrder reads the OrderPlaced in msg's payload.
+func decodeOrder(msg *message.Message) (OrderPlaced, error) {
+	var order OrderPlaced
+	if err := json.Unmarshal(msg.Payload, &order); err != nil {
+		return OrderPlaced{}, fmt.Errorf("decode order %s: %w", msg.UUID, err)
+	}
+	return order, nil
+}
+
+// newOrderMessage returns a message carrying order, with the order ID as its UUID.
+func newOrderMessage(order OrderPlaced) (*message.Message, error) {
+	payload, err := json.Marshal(order)
+	if err != nil {
+		return nil, err
+	}
+	return message.NewMessage(order.OrderID, payload), nil
 }
 
 // Outbox is the forwarder's topic on PostgreSQL: the table watermill_<Topic>, in
@@ -105,113 +171,56 @@ func (o Outbox) subscriber(pool *pgxpool.Pool) (*wmsql.Subscriber, error) {
 	}, nil)
 }
 
-// Handler is the billing handler with an outbox.
-type Handler struct {
-	Invoices *billing.Invoices
-	Outbox   Outbox
-}
-
-// Handle writes the order's invoice (billing.Invoices.Handle) and publishes InvoiceCreated to
-// the outbox, both in the inbox transaction. The event gets a new UUID on every run; only
-// one run per order commits, so one event per order leaves, under one UUID, which
-// consumers downstream deduplicate on (the forwarder relays at least once).
-func (h Handler) Handle(msg *message.Message) error {
-	if err := h.Invoices.Handle(msg); err != nil {
-		return err
-	}
-	ctx := msg.Context()
-	tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
-	if !ok {
-		return billing.ErrNoTransaction
-	}
-	order, err := billing.DecodeOrder(msg)
-	if err != nil {
-		return err
-	}
-	payload, err := json.Marshal(InvoiceCreated{OrderID: order.OrderID, AmountCents: order.AmountCents})
-	if err != nil {
-		return err
-	}
-	event := message.NewMessage(watermill.NewUUID(), payload)
-	event.Metadata.Set("order_id", order.OrderID)
-	event.SetContext(ctx) // the publisher runs its INSERT with the first message's context
-	outbox, err := h.Outbox.Publisher(tx)
-	if err != nil {
-		return err
-	}
-	return outbox.Publish(EventsTopic, event)
-}
-
-// System is the whole example on one router: orders arrive on a Go channel, the billing
+// System is the whole example on one router: orders arrive on a Go channel, the order
 // handler runs behind the inbox and writes to the outbox, and the forwarder relays the
 // outbox to the destination, another Go channel.
 type System struct {
-	Consumer   string // the inbox consumer of the billing handler
-	InboxTable string
-	Invoices   *billing.Invoices
-	Outbox     Outbox
-	Orders     *gochannel.GoChannel // publish orders to billing.Topic here
-	Events     *gochannel.GoChannel // the forwarder publishes InvoiceCreated to EventsTopic here
-	Router     *message.Router
+	Consumer     string // the inbox consumer of the order handler
+	InboxTable   string
+	InvoiceTable string
+	Outbox       Outbox
+	Orders       *gochannel.GoChannel // publish orders to OrdersTopic here
+	Events       *gochannel.GoChannel // the forwarder publishes InvoiceCreated to EventsTopic here
+	Router       *message.Router
 }
 
-// NewSystem picks random table and topic names; nothing exists yet. DropTables works from
-// here on, so a caller can schedule it before Build.
-func NewSystem() (*System, error) {
-	invoices, err := billing.NewInvoices(billing.Postgres, testenv.Name("invoices"))
-	if err != nil {
-		return nil, err
-	}
+// NewSystem picks table and topic names no other run uses; nothing exists yet. DropTables
+// works from here on, so a caller can schedule it before Build.
+func NewSystem() *System {
+	suffix := strconv.FormatUint(rand.Uint64(), 36)
 	return &System{
-		Consumer:   "billing",
-		InboxTable: testenv.Name("inbox"),
-		Invoices:   invoices,
-		Outbox:     Outbox{Topic: testenv.Name("outbox")},
-	}, nil
+		Consumer:     "billing",
+		InboxTable:   "inbox_" + suffix,
+		InvoiceTable: "invoices_" + suffix,
+		Outbox:       Outbox{Topic: "outbox_" + suffix},
+	}
 }
 
-// Build creates the tables and the router with the recommended middleware stack. wrap, if not
-// nil, decorates the billing handler; outer middlewares run outside the whole stack.
+// Build creates the tables, and the router with the order handler in the recommended
+// middleware stack and the forwarder. wrap, if not nil, decorates the order handler; outer
+// middlewares run outside the whole stack.
 func (s *System) Build(ctx context.Context, pool *pgxpool.Pool, wrap func(func(*message.Message) error) func(*message.Message) error, outer ...message.HandlerMiddleware) error {
-	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: s.InboxTable})
+	inboxMiddleware, err := s.createTables(ctx, pool)
 	if err != nil {
 		return err
 	}
-	if err := store.InitializeSchema(ctx); err != nil {
-		return err
-	}
-	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: s.Consumer}, nil)
-	if err != nil {
-		return err
-	}
-	if _, err := pool.Exec(ctx, s.Invoices.CreateTableSQL()); err != nil {
-		return err
-	}
-	fwdSubscriber, err := s.Outbox.subscriber(pool)
-	if err != nil {
-		return err
-	}
-	if err := fwdSubscriber.SubscribeInitialize(s.Outbox.Topic); err != nil {
-		return err
-	}
-
 	s.Orders = gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	s.Events = gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	s.Router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 20 * time.Second}, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}
-	handle := Handler{Invoices: s.Invoices, Outbox: s.Outbox}.Handle
+	handle := Handler{InvoiceTable: s.InvoiceTable, Outbox: s.Outbox}.Handle
 	if wrap != nil {
 		handle = wrap(handle)
 	}
-	poisonQueue, err := middleware.PoisonQueue(s.Orders, billing.Topic+"_poison")
+	poisonQueue, err := middleware.PoisonQueue(s.Orders, OrdersTopic+"_poison")
 	if err != nil {
 		return err
 	}
 	// AddConsumerHandler: no router publisher; the outbox is the only way out. The stack is
-	// the billing handler's alone: the forwarder's handler on this router needs no inbox.
-	handler := s.Router.AddConsumerHandler("billing", billing.Topic, s.Orders, handle)
+	// the order handler's alone: the forwarder's handler on this router needs no inbox.
+	handler := s.Router.AddConsumerHandler("billing", OrdersTopic, s.Orders, handle)
 	handler.AddMiddleware(outer...) // not part of the stack: what a test observes, outermost
 	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
 	handler.AddMiddleware(
@@ -222,6 +231,36 @@ func (s *System) Build(ctx context.Context, pool *pgxpool.Pool, wrap func(func(*
 		middleware.Timeout(10*time.Second), // bounds the handler, inside the inbox
 		middleware.CorrelationID,           // stamps returned messages before the inbox records them
 	)
+	return s.addForwarder(pool)
+}
+
+// createTables creates the inbox table, with the inbox middleware on it, and the invoice
+// table. The invoice table has no UNIQUE constraint on order_id, on purpose: the inbox alone
+// keeps a second invoice out, so counting rows proves it.
+func (s *System) createTables(ctx context.Context, pool *pgxpool.Pool) (message.HandlerMiddleware, error) {
+	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: s.InboxTable})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.InitializeSchema(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+s.InvoiceTable+" (order_id text NOT NULL, amount_cents bigint NOT NULL)"); err != nil {
+		return nil, err
+	}
+	return inbox.NewMiddleware(store, inbox.Config{Consumer: s.Consumer}, nil)
+}
+
+// addForwarder creates the outbox table and adds the forwarder, which relays the outbox to
+// the destination, to the router.
+func (s *System) addForwarder(pool *pgxpool.Pool) error {
+	fwdSubscriber, err := s.Outbox.subscriber(pool)
+	if err != nil {
+		return err
+	}
+	if err := fwdSubscriber.SubscribeInitialize(s.Outbox.Topic); err != nil {
+		return err
+	}
 	_, err = forwarder.NewForwarder(fwdSubscriber, s.Events, watermill.NopLogger{}, forwarder.Config{
 		ForwarderTopic: s.Outbox.Topic,
 		Router:         s.Router,
@@ -256,17 +295,14 @@ func (s *System) Close() error {
 
 // DropTables drops every table the system creates, its own and watermill-sql's.
 func (s *System) DropTables(ctx context.Context, pool *pgxpool.Pool) error {
-	quotedInbox, err := sqlinbox.Postgres().QuoteTable(s.InboxTable)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, table := range []string{quotedInbox, s.Outbox.Table()} {
-		_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
-		errs = append(errs, err)
-	}
-	_, err = pool.Exec(ctx, s.Invoices.DropTableSQL())
-	return errors.Join(append(errs, err)...)
+	_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+s.InboxTable+", "+s.InvoiceTable+", "+s.Outbox.Table())
+	return err
+}
+
+// InvoiceCounts counts the invoices, and the distinct orders they are for.
+func (s *System) InvoiceCounts(ctx context.Context, pool *pgxpool.Pool) (invoices, orders int, err error) {
+	err = pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT order_id) FROM "+s.InvoiceTable).Scan(&invoices, &orders)
+	return invoices, orders, err
 }
 
 // OutboxCount counts the events committed to the outbox, forwarded or not.
@@ -276,105 +312,11 @@ func (s *System) OutboxCount(ctx context.Context, pool *pgxpool.Pool) (int, erro
 	return n, err
 }
 
-func run(ctx context.Context, postgres string, orders int, out io.Writer) error {
-	pool, err := pgxpool.New(ctx, postgres)
-	if err != nil {
-		return err
+// envOr returns the environment variable's value, or fallback when it is unset: the
+// program finds its services where the repository's tests do.
+func envOr(variable, fallback string) string {
+	if v := os.Getenv(variable); v != "" {
+		return v
 	}
-	defer pool.Close()
-	s, err := NewSystem()
-	if err != nil {
-		return err
-	}
-	defer s.DropTables(context.WithoutCancel(ctx), pool)
-
-	// Every 10th order's first run fails after it has written its invoice and its event: the
-	// inbox rolls all of it back, the Go channel delivers the order again, and only the event
-	// of the run that commits ever reaches the destination.
-	failing := map[string]bool{} // order IDs; filled before the first publish, read-only after
-	var mu sync.Mutex
-	failed := map[string]bool{}
-	failFirstRun := func(h func(*message.Message) error) func(*message.Message) error {
-		return func(msg *message.Message) error {
-			if err := h(msg); err != nil || !failing[msg.UUID] {
-				return err
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if failed[msg.UUID] {
-				return nil
-			}
-			failed[msg.UUID] = true
-			return errors.New("first run fails on purpose, after publishing")
-		}
-	}
-	if err := s.Build(ctx, pool, failFirstRun); err != nil {
-		return err
-	}
-	events, err := s.Events.Subscribe(ctx, EventsTopic)
-	if err != nil {
-		return err
-	}
-	if err := s.Start(ctx); err != nil {
-		return err
-	}
-	defer s.Close()
-
-	placed := make([]billing.OrderPlaced, orders)
-	for i := range placed {
-		placed[i] = billing.OrderPlaced{OrderID: watermill.NewUUID(), AmountCents: int64(100 + rand.IntN(10000))}
-		failing[placed[i].OrderID] = i%10 == 0
-	}
-	published := 0
-	for _, order := range placed {
-		for range 1 + rand.IntN(3) {
-			msg, err := billing.NewOrderMessage(order)
-			if err != nil {
-				return err
-			}
-			if err := s.Orders.Publish(billing.Topic, msg); err != nil {
-				return err
-			}
-			published++
-		}
-	}
-
-	delivered, invoiced := 0, map[string]bool{}
-	timeout := time.After(60 * time.Second)
-	for len(invoiced) < orders {
-		select {
-		case event := <-events:
-			delivered++
-			invoiced[event.Metadata.Get("order_id")] = true
-			event.Ack()
-		case <-timeout:
-			return fmt.Errorf("after 60s: InvoiceCreated for %d of %d orders", len(invoiced), orders)
-		}
-	}
-	if err := s.Close(); err != nil {
-		return err
-	}
-
-	counts, err := s.Invoices.CountPgx(ctx, pool)
-	if err != nil {
-		return err
-	}
-	inOutbox, err := s.OutboxCount(ctx, pool)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "unique orders\t%d\t\n", orders)
-	fmt.Fprintf(tw, "messages published\t%d\t\n", published)
-	fmt.Fprintf(tw, "runs rolled back after publishing\t%d\t\n", len(failed))
-	fmt.Fprintf(tw, "invoices created\t%d\t\n", counts.Invoices)
-	fmt.Fprintf(tw, "events in the outbox\t%d\t\n", inOutbox)
-	fmt.Fprintf(tw, "events delivered\t%d\t\n", delivered)
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if counts.Invoices != orders || inOutbox != orders {
-		return fmt.Errorf("%d invoices and %d outbox events for %d orders", counts.Invoices, inOutbox, orders)
-	}
-	return nil
+	return fallback
 }

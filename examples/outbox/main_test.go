@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,9 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
-	"github.com/inboxkit/watermill-inbox/examples/billing"
 	"github.com/inboxkit/watermill-inbox/examples/internal/e2e"
-	"github.com/inboxkit/watermill-inbox/sqlinbox"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
 )
 
 // errPlanned is what a failing run returns after it has written its invoice and published its
@@ -47,26 +47,13 @@ func TestOutbox(t *testing.T) {
 	pool := e2e.Pool(t)
 	ctx := t.Context()
 
-	s, err := NewSystem()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := NewSystem()
 	t.Cleanup(func() {
 		if err := s.DropTables(context.WithoutCancel(ctx), pool); err != nil {
 			t.Errorf("drop tables: %v", err)
 		}
 	})
-	// An unrelated transaction with an xid stays open for the whole run, as a report or a
-	// bulk load might: the forwarder must not wait for it (see Outbox).
-	idle, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = idle.Rollback(context.WithoutCancel(ctx)) })
-	if _, err := idle.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
-		t.Fatal(err)
-	}
-
+	holdTransactionOpen(t, pool)
 	p := newProbe(s.Outbox.Table())
 	if err := s.Build(ctx, pool, p.handler, p.observe); err != nil {
 		t.Fatal(err)
@@ -77,66 +64,9 @@ func TestOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	var msgs []*message.Message
-	for i := range orders {
-		order := billing.OrderPlaced{OrderID: watermill.NewUUID(), AmountCents: int64(1 + rng.IntN(100000))}
-		p.fail[order.OrderID] = failures(i)
-		for range 1 + rng.IntN(3) {
-			msg, err := billing.NewOrderMessage(order)
-			if err != nil {
-				t.Fatal(err)
-			}
-			msgs = append(msgs, msg)
-		}
-	}
-	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
-	var wg sync.WaitGroup
-	for w := range 4 { // copies of one order go out from different goroutines at once
-		wg.Go(func() {
-			for i := w; i < len(msgs); i += 4 {
-				if err := s.Orders.Publish(billing.Topic, msgs[i]); err != nil {
-					t.Errorf("publish: %v", err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-
-	// Done when every order has a committed run, that run's event has arrived, and the
-	// forwarder has marked every outbox row acked (it does so per batch, after relaying it:
-	// a router closed before that would leave rows that the next forwarder relays again).
-	const timeout = 25 * time.Second
-	deadline := time.Now().Add(timeout)
-	var allCommitted time.Duration // when the last order committed, for the log
-	for {
-		committedAll, missing := p.missing(dest)
-		if committedAll && allCommitted == 0 {
-			allCommitted = time.Since(started)
-		}
-		if missing == "" {
-			var unacked int
-			err := pool.QueryRow(ctx, "SELECT count(*) FROM "+s.Outbox.Table()+" WHERE NOT acked").Scan(&unacked)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if unacked == 0 {
-				break
-			}
-			missing = fmt.Sprintf("%d outbox rows relayed but not marked acked", unacked)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, missing)
-		}
-		select {
-		case <-time.After(10 * time.Millisecond): // a poll interval, not a synchronisation
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
+	msgs := placeOrders(t, p, orders)
+	publishConcurrently(t, s.Orders, msgs)
+	allCommitted := waitForEveryEvent(t, pool, s, p, dest, started)
 	if err := s.Close(); err != nil { // waits for the handlers: the probe is final from here
 		t.Fatalf("close: %v", err)
 	}
@@ -147,6 +77,96 @@ func TestOutbox(t *testing.T) {
 	t.Logf("orders %d, published %d, deliveries %d, runs %d (committed %d, rolled back %d, failed commits %d), duplicates skipped %d, events delivered %d; all committed after %s, all delivered after %s",
 		orders, len(msgs), p.deliveries, len(p.runs), p.count(committed), p.count(rolledBack), p.count(commitFail), p.skipped, dest.count(),
 		allCommitted.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
+}
+
+// holdTransactionOpen keeps an unrelated transaction with an xid open until the test ends,
+// as a report or a bulk load might: the forwarder must not wait for it (see Outbox).
+func holdTransactionOpen(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	idle, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = idle.Rollback(context.WithoutCancel(t.Context())) })
+	if _, err := idle.Exec(t.Context(), "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// placeOrders returns the messages of n orders, each 1-3 times, shuffled, and tells the
+// probe which runs of each order fail.
+func placeOrders(t *testing.T, p *probe, n int) []*message.Message {
+	t.Helper()
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	var msgs []*message.Message
+	for i := range n {
+		order := OrderPlaced{OrderID: watermill.NewUUID(), AmountCents: int64(1 + rng.IntN(100000))}
+		p.fail[order.OrderID] = failures(i)
+		for range 1 + rng.IntN(3) {
+			msg, err := newOrderMessage(order)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs = append(msgs, msg)
+		}
+	}
+	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	return msgs
+}
+
+// publishConcurrently publishes msgs from four goroutines, so that copies of one order go
+// out at once.
+func publishConcurrently(t *testing.T, pub message.Publisher, msgs []*message.Message) {
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; i < len(msgs); i += 4 {
+				if err := pub.Publish(OrdersTopic, msgs[i]); err != nil {
+					t.Errorf("publish: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// waitForEveryEvent waits until every order has a committed run, that run's event has
+// arrived, and the forwarder has marked every outbox row acked (it does so per batch, after
+// relaying it: a router closed before that would leave rows that the next forwarder relays
+// again). It returns when, after started, the last order committed.
+func waitForEveryEvent(t *testing.T, pool *pgxpool.Pool, s *System, p *probe, dest *destination, started time.Time) time.Duration {
+	t.Helper()
+	const timeout = 25 * time.Second
+	deadline := time.Now().Add(timeout)
+	var allCommitted time.Duration
+	for {
+		committedAll, missing := p.missing(dest)
+		if committedAll && allCommitted == 0 {
+			allCommitted = time.Since(started)
+		}
+		if missing == "" {
+			var unacked int
+			err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+s.Outbox.Table()+" WHERE NOT acked").Scan(&unacked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if unacked == 0 {
+				return allCommitted
+			}
+			missing = fmt.Sprintf("%d outbox rows relayed but not marked acked", unacked)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", timeout, missing)
+		}
+		select {
+		case <-time.After(10 * time.Millisecond): // a poll interval, not a synchronisation
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		}
+	}
 }
 
 // handlerRun is one run of the router handler for an order; Retry may make several of one
@@ -244,7 +264,7 @@ func (p *probe) handler(h func(*message.Message) error) func(*message.Message) e
 		r := &handlerRun{ran: true}
 		d.runs = append(d.runs, r)
 		defer func() { r.err = err }()
-		order, err := billing.DecodeOrder(msg)
+		order, err := decodeOrder(msg)
 		if err != nil {
 			return err
 		}
@@ -261,7 +281,7 @@ func (p *probe) handler(h func(*message.Message) error) func(*message.Message) e
 		ctx := msg.Context()
 		tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
 		if !ok {
-			return billing.ErrNoTransaction
+			return errNoTransaction
 		}
 		rows, err := tx.Query(ctx, `SELECT payload->>'uuid' FROM `+p.outboxTable+` WHERE xmin = pg_current_xact_id()::xid`)
 		if err != nil {
@@ -376,21 +396,21 @@ func (p *probe) check(t *testing.T, published int) (committedRuns, uncertainRuns
 func checkDatabase(t *testing.T, pool *pgxpool.Pool, s *System, p *probe, committedRuns, uncertainRuns map[string]*handlerRun, orders int) {
 	t.Helper()
 	fail := errorf(t)
-	ctx := t.Context()
-	counts, err := s.Invoices.CountPgx(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if counts.Invoices != orders || counts.Orders != orders {
-		fail("%d invoices for %d distinct orders, want one for each of %d orders", counts.Invoices, counts.Orders, orders)
-	}
+	checkInvoicesAndClaims(t, pool, s, p, orders, fail)
+	checkOutbox(t, pool, s, committedRuns, uncertainRuns, orders, fail)
+}
 
-	quotedInbox, err := sqlinbox.Postgres().QuoteTable(s.InboxTable)
+// checkInvoicesAndClaims asserts one invoice and one inbox row per order.
+func checkInvoicesAndClaims(t *testing.T, pool *pgxpool.Pool, s *System, p *probe, orders int, fail func(string, ...any)) {
+	t.Helper()
+	invoices, invoiced, err := s.InvoiceCounts(t.Context(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := map[string]bool{}
-	rows, err := pool.Query(ctx, "SELECT message_id FROM "+quotedInbox+" WHERE consumer = $1", s.Consumer)
+	if invoices != orders || invoiced != orders {
+		fail("%d invoices for %d distinct orders, want one for each of %d orders", invoices, invoiced, orders)
+	}
+	rows, err := pool.Query(t.Context(), "SELECT message_id FROM "+s.InboxTable+" WHERE consumer = $1", s.Consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,6 +418,7 @@ func checkDatabase(t *testing.T, pool *pgxpool.Pool, s *System, p *probe, commit
 	if err != nil {
 		t.Fatal(err)
 	}
+	keys := map[string]bool{}
 	for _, id := range ids {
 		keys[id] = true
 	}
@@ -410,8 +431,13 @@ func checkDatabase(t *testing.T, pool *pgxpool.Pool, s *System, p *probe, commit
 	if len(ids) != orders || missing > 0 {
 		fail("%d inbox rows (%d orders without one), want one per order: %d", len(ids), missing, orders)
 	}
+}
 
-	rows, err = pool.Query(ctx, "SELECT payload->>'uuid', payload->>'destination_topic', payload->'metadata'->>'order_id', acked FROM "+s.Outbox.Table())
+// checkOutbox asserts that the outbox holds exactly the events of the committed runs, one
+// per order, addressed to EventsTopic and acked by the forwarder.
+func checkOutbox(t *testing.T, pool *pgxpool.Pool, s *System, committedRuns, uncertainRuns map[string]*handlerRun, orders int, fail func(string, ...any)) {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), "SELECT payload->>'uuid', payload->>'destination_topic', payload->'metadata'->>'order_id', acked FROM "+s.Outbox.Table())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,4 +586,14 @@ func errorf(t *testing.T) func(format string, args ...any) {
 			t.Errorf("(more failures like these not shown)")
 		}
 	}
+}
+
+// TestOutboxProgram runs the program as .ci/run does, with few orders: one invoice and one
+// event per order, though some first runs fail after publishing (run fails otherwise).
+func TestOutboxProgram(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), testenv.PostgresURL(t), 20, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
 }

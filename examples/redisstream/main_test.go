@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -49,4 +50,15 @@ func TestRedisStream(t *testing.T) {
 		Workers: 3,
 		Crashes: 2,
 	})
+}
+
+// TestRedisStreamProgram runs the program as .ci/run does, with few orders: its own handler, behind the
+// recommended stack, writes one invoice per order (run fails otherwise, or if it cannot
+// remove what it created).
+func TestRedisStreamProgram(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), testenv.RedisAddr(t), testenv.PostgresURL(t), 20, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
 }

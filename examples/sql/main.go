@@ -1,71 +1,73 @@
-// Command sql runs the billing handler behind the inbox with PostgreSQL as the broker too
-// (watermill-sql v4): messages are rows in a table of the same database as the invoices.
+// Command sql runs an order handler behind the inbox with PostgreSQL as the broker too
+// (watermill-sql v4): messages are rows in a table of the same database as the invoices. It
+// publishes orders 1-3 times each and fails unless every order got exactly one invoice
+// (demo.go).
 //
 //	go run ./examples/sql -postgres postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inboxkit/watermill-inbox/examples/internal/demo"
+	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 func main() {
-	postgres := flag.String("postgres", demo.PostgresURL, demo.FlagHelp("PostgreSQL URL (13 or later), for the messages and the invoices", "INBOX_TEST_POSTGRES_URL"))
+	postgres := flag.String("postgres", envOr("INBOX_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		"PostgreSQL URL (13 or later), for the messages and the invoices (default $INBOX_TEST_POSTGRES_URL, or the shown value)")
 	orders := flag.Int("orders", 200, "distinct orders to publish, each 1-3 times")
 	flag.Parse()
-
-	if err := run(*postgres, *orders); err != nil {
+	if err := run(context.Background(), *postgres, *orders, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "sql:", err)
 		os.Exit(1)
 	}
 }
 
-func run(postgres string, orders int) error {
-	pool, err := pgxpool.New(context.Background(), postgres)
+// run opens the broker and the database, builds the router with the inbox, and has the
+// demo publish the orders and check the invoices; it removes what it created when it ends.
+func run(ctx context.Context, postgres string, orders int, out io.Writer) (err error) {
+	// The broker has a pool of its own: its subscriber holds a connection while the handler
+	// runs, and the handler's inbox transaction needs another.
+	brokerPool, err := pgxpool.New(ctx, postgres)
+	if err != nil {
+		return err
+	}
+	defer brokerPool.Close()
+	publisher, err := newPublisher(brokerPool)
+	if err != nil {
+		return err
+	}
+	subscriber, err := newSubscriber(brokerPool)
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, postgres)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	publisher, err := newPublisher(pool)
+	d := newDemo(pool)
+	defer func() { err = errors.Join(err, d.dropTables(ctx), removeTopic(ctx, pool, d.topic)) }()
+	router, err := newRouter(ctx, pool, subscriber, d)
 	if err != nil {
 		return err
 	}
-	subscriber, err := newSubscriber(pool)
-	if err != nil {
-		return err
-	}
-	topic := demo.Topic()
-	return demo.Run(context.Background(), demo.Options{
-		PostgresURL: postgres,
-		Topic:       topic,
-		Orders:      orders,
-		Publisher:   publisher,
-		Subscriber:  subscriber,
-		Out:         os.Stdout,
-		// The tables watermill-sql created for the topic.
-		Remove: func(ctx context.Context) error {
-			for _, table := range []string{"watermill_" + topic, "watermill_offsets_" + topic} {
-				quoted, err := sqlinbox.Postgres().QuoteTable(table)
-				if err != nil {
-					return err
-				}
-				if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+quoted); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-	})
+	return d.run(ctx, router, publisher, orders, out)
 }
 
 // newPublisher inserts messages into the table watermill_<topic>, created on first use.
@@ -94,4 +96,91 @@ func newSubscriber(pool *pgxpool.Pool) (*wmsql.Subscriber, error) {
 		PollInterval:     100 * time.Millisecond,
 		ResendInterval:   10 * time.Millisecond,
 	}, watermill.NopLogger{})
+}
+
+// removeTopic drops the tables watermill-sql created for the topic.
+func removeTopic(ctx context.Context, pool *pgxpool.Pool, topic string) error {
+	_, err := pool.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS watermill_"+topic+", watermill_offsets_"+topic)
+	return err
+}
+
+// newRouter runs handleOrder on the demo's topic behind the inbox, in the recommended
+// middleware stack. The demo names the tables and the topic; a service has fixed ones.
+func newRouter(ctx context.Context, pool *pgxpool.Pool, subscriber message.Subscriber, d *demo) (*message.Router, error) {
+	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: d.inboxTable})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.InitializeSchema(ctx); err != nil {
+		return nil, err
+	}
+	if err := createInvoices(ctx, pool, d.invoiceTable); err != nil {
+		return nil, err
+	}
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	poisonQueue, err := middleware.PoisonQueue(d.poisoned, d.topic+"_poison")
+	if err != nil {
+		return nil, err
+	}
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return nil, err
+	}
+	router.AddMiddleware(d.countDeliveries) // not part of the stack: counts deliveries for the table
+	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	router.AddMiddleware(
+		poisonQueue,                        // outermost: takes what every retry failed
+		retry.Middleware,                   // each attempt claims in a fresh transaction
+		middleware.Recoverer,               // a panic becomes an error that Retry retries
+		inboxMiddleware,                    // claim; handler; commit or roll back
+		middleware.Timeout(10*time.Second), // bounds the handler, inside the inbox
+		middleware.CorrelationID,           // stamps returned messages before the inbox records them
+	)
+	router.AddConsumerHandler("billing", d.topic, subscriber, d.countRuns(handleOrder(d.invoiceTable)))
+	return router, nil
+}
+
+// createInvoices creates the table handleOrder writes to. It has no UNIQUE constraint on
+// order_id, on purpose: the inbox alone keeps a second invoice out, so counting rows proves it.
+func createInvoices(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	_, err := pool.Exec(ctx, "CREATE TABLE "+table+" (order_id text NOT NULL, amount_cents bigint NOT NULL)")
+	return err
+}
+
+// OrderPlaced is the event on the orders topic, as JSON. Its message's UUID is the order
+// ID, so that every copy of one order has the same inbox key.
+type OrderPlaced struct {
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
+}
+
+// handleOrder returns the handler that writes the order's invoice into table through the
+// inbox transaction: the invoice and the inbox claim commit or roll back together, and a
+// copy of a committed order never gets here.
+func handleOrder(table string) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		var order OrderPlaced
+		if err := json.Unmarshal(msg.Payload, &order); err != nil {
+			return fmt.Errorf("decode order %s: %w", msg.UUID, err)
+		}
+		tx, ok := inbox.TxFromContext[pgx.Tx](msg.Context())
+		if !ok {
+			return errors.New("no inbox transaction: run the handler behind the inbox middleware")
+		}
+		_, err := tx.Exec(msg.Context(), "INSERT INTO "+table+" (order_id, amount_cents) VALUES ($1, $2)",
+			order.OrderID, order.AmountCents)
+		return err
+	}
+}
+
+// envOr returns the environment variable's value, or fallback when it is unset: the
+// program finds its services where the repository's tests do.
+func envOr(variable, fallback string) string {
+	if v := os.Getenv(variable); v != "" {
+		return v
+	}
+	return fallback
 }
