@@ -191,4 +191,3 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 		}
 	}
 }
-
