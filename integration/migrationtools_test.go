@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	migratedb "github.com/golang-migrate/migrate/v4/database"
@@ -151,7 +152,8 @@ func directDSN(_ *testing.T, b *backend, _ migrationTool) (string, string) { ret
 // On each database, each tool applies the migration of a table qualified by a schema that
 // is not on PostgreSQL's search path (a database of its own on MariaDB; SQLite has no
 // schemas): the stores on that table pass the storm of the conformance suite, exactly once
-// (claim-first and write-behind mode, spread over the tools and stores); the tool migrates
+// (claim-first and write-behind mode, spread over the tools and stores), and their
+// retention cleans it up; the tool migrates
 // down, after which the table is gone (the store's check says it does not exist), and
 // applies the migration again, after which a first delivery is claimed.
 func TestMigrationToolsCreateTheTable(t *testing.T) {
@@ -232,6 +234,7 @@ func runMigrationTarget(t *testing.T, target migrationTarget) {
 					inboxtest.Run(t, migratedHarness(b, table), inboxtest.Options{
 						Config: inbox.Config{WriteBehind: writeBehind}, Cases: stormCases,
 					})
+					cleanupEverything(t, b, table)
 				})
 			}
 
@@ -251,6 +254,25 @@ func runMigrationTarget(t *testing.T, target migrationTarget) {
 			})
 		})
 	}
+}
+
+// cleanupEverything runs a retention pass of b's store on table that deletes every claim
+// the storm left (older than a microsecond), in batches of one, and checks that it did.
+func cleanupEverything(t *testing.T, b *backend, table string) {
+	t.Helper()
+	left := b.rows(t, table, "")
+	if left == 0 {
+		t.Fatal("the storm left no claim to clean up")
+	}
+	store, err := b.newStore(sqlinbox.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted, err := store.(sqlinbox.Cleaner).Cleanup(context.Background(), time.Microsecond, sqlinbox.CleanupConfig{BatchSize: 1})
+	if err != nil || deleted != int64(left) {
+		t.Errorf("Cleanup: deleted %d, %v; want the %d claims", deleted, err, left)
+	}
+	wantRows(t, "claims after the cleanup", b.rows(t, table, ""), 0)
 }
 
 // checkTable returns the table check's verdict on table, by a new store of b.
