@@ -39,7 +39,8 @@ const (
 // ("create_app_billing_inbox"). version numbers the files: "" takes the time now in UTC,
 // as goose create and golang-migrate's migrate create do (20261201150405); a team that
 // numbers its migrations in sequence gives the next number as its folder writes them
-// ("00042"): 1 to 19 digits, not 0.
+// ("00042"): 1 to 19 digits, not 0. Called at run time, to embed the files, it needs a
+// fixed version, or every start numbers a new migration.
 //
 // The library keeps no version table of its own: the team's tool records what it applied.
 // A release that changes the table ships a migration of its own to add after this one.

@@ -473,15 +473,22 @@ func TestParseAge(t *testing.T) {
 }
 
 // The CLI commands README.md and the pages of docs/ show, run as written in the order shown,
-// against a new SQLite database in INBOX_DSN: each must succeed, so that the documentation
-// cannot drift from the flags. docs/operating.md must show all four.
+// against a new SQLite database in INBOX_DSN, each in a new working directory that holds an
+// empty migrations folder: each must succeed, so that the documentation cannot drift from
+// the flags. docs/operating.md must show all four.
 func TestDocumentedCommands(t *testing.T) {
 	t.Setenv(dsnVar, "sqlite://"+filepath.Join(t.TempDir(), "inbox.db"))
 	pages, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range append([]string{"../../README.md"}, pages...) {
+	docs := append([]string{"../../README.md"}, pages...)
+	for i, doc := range docs {
+		if docs[i], err = filepath.Abs(doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, doc := range docs {
 		raw, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -494,6 +501,11 @@ func TestDocumentedCommands(t *testing.T) {
 			}
 			commands++
 			args := shellWords(t, rest)
+			dir := t.TempDir()
+			if err := os.Mkdir(filepath.Join(dir, "migrations"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Chdir(dir)
 			if code, _, stderr := cli(t, args...); code != exitOK {
 				t.Errorf("%s: %q: exit %d, stderr %q", doc, line, code, stderr)
 			}
