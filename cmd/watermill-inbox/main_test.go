@@ -427,14 +427,16 @@ func TestCheckCommand(t *testing.T) {
 	for _, d := range databases(t) {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
-			db, _ := d.open(t)
+			db, dialect := d.open(t)
 			bad, good := testenv.Name("cli_bad"), testenv.Name("cli_good")
 			t.Cleanup(func() {
 				for _, table := range []string{bad, good} {
 					_, _ = db.ExecContext(context.WithoutCancel(context.Background()), "DROP TABLE IF EXISTS "+table)
 				}
 			})
-			wantError(t, []string{"check", "-dsn", d.dsn, "-table", bad}, exitFail, "it does not exist")
+			// The upgrade policy: the refusal names the command that writes the migration.
+			wantError(t, []string{"check", "-dsn", d.dsn, "-table", bad}, exitFail,
+				`it does not exist; write its migration with "watermill-inbox schema -format goose -dialect `+dialect.Name+` -table `+bad+` -out DIR"`)
 
 			// A table as a migration tool could make it: the right columns, no primary key.
 			if _, err := db.ExecContext(context.Background(), "CREATE TABLE "+bad+
