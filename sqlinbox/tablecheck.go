@@ -94,7 +94,7 @@ func judgeTable(dialect Dialect, table Table, columns []TableColumn) error {
 		}
 	}
 	if len(missing) > 0 {
-		problems = append(problems, fmt.Sprintf("it has no column %s; want all of %s, as the migration %s writes creates them",
+		problems = append(problems, fmt.Sprintf("it has no column %s; want all of %s, which the table the migration of %s creates has",
 			strings.Join(missing, ", "), strings.Join(inboxColumns, ", "), migrationCommand(dialect, table)))
 	}
 

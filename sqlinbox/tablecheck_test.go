@@ -66,7 +66,7 @@ func TestJudgeTable(t *testing.T) {
 		}), `column message_id is citext, which does not compare bytes exactly`},
 		{"produced missing", edit(func(c []TableColumn) []TableColumn { return c[:4] }),
 			"it has no column produced; want all of consumer, message_id, processed_at, payload_hash, produced, " +
-				`as the migration "watermill-inbox schema -format goose -dialect postgres -table billing.inbox -out DIR" writes creates them`},
+				`which the table the migration of "watermill-inbox schema -format goose -dialect postgres -table billing.inbox -out DIR" creates has`},
 		{"produced as text", edit(func(c []TableColumn) []TableColumn {
 			c[4].Type, c[4].Binary = "text", false
 			return c
