@@ -32,6 +32,10 @@ var documentedCommands = []struct {
 	{pattern: `^go install \./cmd/watermill-inbox$`, ci: `GOBIN="$(mktemp -d)" go install ./cmd/watermill-inbox`},
 	// Run as written, in order, against SQLite.
 	{pattern: `^go run \./cmd/watermill-inbox (schema|migrate|check|cleanup|stats) `, test: "TestDocumentedCommands"},
+	// goose's and golang-migrate's commands front their libraries, which the test runs
+	// in-process on the files the CLI writes.
+	{pattern: `^goose -dir migrations (postgres|mysql|sqlite3) "\$DATABASE_URL" up$`, test: "TestMigrationToolsCreateTheTable"},
+	{pattern: `^migrate -path migrations -database "\$DATABASE_URL" up$`, test: "TestMigrationToolsCreateTheTable"},
 	// The programs whose brokers CI has, run with few orders.
 	{pattern: `^go run \./examples/(gochannel|amqp|nats|redisstream|sql|outbox|cqrs)$`, ci: `for example in gochannel amqp nats redisstream sql outbox cqrs; do`},
 	// Kafka needs a broker CI does not have: a test runs the program on kfake.

@@ -106,18 +106,21 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness, options Options) 
 	for _, name := range options.Cases {
 		selected[name] = true
 	}
+	known := map[string]bool{}
 	for _, c := range cases {
+		known[c.name] = true
 		if len(selected) > 0 && !selected[c.name] {
 			continue
 		}
-		delete(selected, c.name)
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t)
 			c.run(t, &suite{Harness: h, options: options})
 		})
 	}
-	for name := range selected {
-		t.Errorf("inboxtest: no case named %q", name)
+	for _, name := range options.Cases {
+		if !known[name] {
+			t.Errorf("inboxtest: no case named %q", name)
+		}
 	}
 }
 

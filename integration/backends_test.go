@@ -56,6 +56,9 @@ type backend struct {
 	// retriable says whether a delivery error is the kind a redelivery fixes (deadlock,
 	// lock timeout, busy database); the suite counts them.
 	retriable func(error) bool
+	// driver and dsn open the database directly (not through the proxy), for a tool that
+	// opens connections of its own.
+	driver, dsn string
 }
 
 type newBackend func(t *testing.T) *backend
@@ -110,6 +113,8 @@ func pgxBackendAt(t *testing.T, storeURL string, configure ...func(*pgxpool.Conf
 		placeholders: inboxtest.DollarPlaceholders,
 		dialect:      sqlinbox.Postgres(),
 		retentionSQL: postgresRetentionSQL,
+		driver:       "pgx",
+		dsn:          directURL,
 	}
 	if err := store.InitializeSchema(ctx); err != nil {
 		t.Fatal(err)
@@ -133,6 +138,7 @@ func stdlibPostgresBackendAt(t *testing.T, storeURL string) *backend {
 	proxied := openSQL(t, "pgx", withHost(t, storeURL, proxy.Addr()))
 
 	b := sqlBackend(t, proxied, direct, sqlinbox.Postgres(), nil)
+	b.driver, b.dsn = "pgx", directURL
 	b.retentionSQL = postgresRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
 	b.retriable = func(error) bool { return false }
@@ -175,6 +181,7 @@ func mysqlBackendWith(t *testing.T, params string, configure func(*sqlinbox.Conf
 	}
 
 	b := sqlBackend(t, proxied, direct, sqlinbox.MySQL(), configure)
+	b.driver, b.dsn = "mysql", dsn
 	b.retentionSQL = mysqlRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
 	// InnoDB resolves some races between copies of one key with a deadlock error or a
@@ -207,6 +214,7 @@ func sqliteBackend(t *testing.T) *backend {
 	db := openSQL(t, "sqlite", dsn)
 
 	b := sqlBackend(t, db, db, sqlinbox.SQLite(), nil)
+	b.driver, b.dsn = "sqlite", dsn
 	b.retentionSQL = sqliteRetentionSQL
 	// SQLite has no server to lose: its outage is another writer holding the lock.
 	b.outage = func() func() {

@@ -25,6 +25,11 @@ func TestDuplicateKeyIsThePrimaryKeyOnly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The key's name, as a store's table check reads it: InitializeSchema made the
+			// table, so it is PostgreSQL's default (MySQL's is PRIMARY, SQLite's has none).
+			if dialect.Name == sqlinbox.Postgres().Name {
+				table.PrimaryKey = b.table + "_pkey"
+			}
 			insert := fmt.Sprintf(dialect.Insert, table.Quoted)
 			mustExec(t, b.direct, "CREATE UNIQUE INDEX "+b.table+"_hash ON "+b.table+" (payload_hash)")
 			if err := b.direct.exec(ctx, insert, "billing", "order-1", []byte{1}); err != nil {

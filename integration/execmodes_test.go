@@ -11,9 +11,8 @@ import (
 )
 
 // The pgx store sends batches and prepares statements by name: the guarantees must not
-// depend on the pool's query execution mode, whichever a team sets. The store cases that
-// exercise claims, duplicates, rollbacks and commits run in every mode, and so does the
-// write-behind path.
+// depend on the pool's query execution mode, whichever a team sets. The store cases run in
+// every mode, and so does the write-behind path.
 func TestPgxEveryQueryExecMode(t *testing.T) {
 	modes := map[string]pgx.QueryExecMode{
 		"cache-describe": pgx.QueryExecModeCacheDescribe,
@@ -21,12 +20,22 @@ func TestPgxEveryQueryExecMode(t *testing.T) {
 		"exec":           pgx.QueryExecModeExec,
 		"simple":         pgx.QueryExecModeSimpleProtocol,
 	}
+	// Every case but the thousand messages (a mode changes no concurrency) and the handler
+	// panic (which the middleware handles before the store).
 	suiteCases := []string{
 		"first delivery commits claim and business row together",
 		"sequential duplicate is skipped and not an error",
 		"concurrent copies of one message",
 		"handler error releases the claim",
 		"failed commit is a nack",
+		"failed commits and rollbacks end their transactions",
+		"two consumers each process a message once",
+		"bad keys and missing consumer",
+		"database outage then recovery",
+		"table names are validated, message data is parameterised",
+		"InitializeSchema is idempotent",
+		"keys compare byte for byte",
+		"a table that cannot guard is refused",
 	}
 	for name, mode := range modes {
 		t.Run(name, func(t *testing.T) {

@@ -61,7 +61,9 @@ type Dialect struct {
 	// bytes, the consumer and the key. Required.
 	Record string
 	// IsDuplicateKey reports whether err, returned by Insert on table, is a violation of the
-	// inbox table's primary key, and not of any other constraint. Required.
+	// inbox table's primary key, and not of any other constraint. A store passes the table
+	// with the primary key's name its table check read from the catalog (Table.PrimaryKey),
+	// so that a key of any name is recognised. Required.
 	IsDuplicateKey func(err error, table Table) bool
 
 	// LockTimeout returns the statement, run first in the transaction, that bounds the
@@ -132,6 +134,10 @@ type Table struct {
 	Name, Schema string
 	// Quoted is the full name, each part quoted by the dialect ("billing"."inbox").
 	Quoted string
+	// PrimaryKey is the name of the table's primary key as the store's table check read it
+	// from the catalog ("inbox_pkey", "pk_billing_inbox"), for IsDuplicateKey; "" in a Table
+	// from ParseTable, and before the check passed.
+	PrimaryKey string
 }
 
 // SizeQuery is one way to measure a table's size: SQL, with %[1]s for the quoted table,

@@ -57,10 +57,9 @@ LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`, []any{t.Quoted}
 		},
-		KeyType:        `text COLLATE "C"`,
-		BytesType:      "bytea",
-		TimeType:       "timestamptz",
-		PrimaryKeyName: func(t sqlinbox.Table) string { return t.Name + "_pkey" },
+		KeyType:   `text COLLATE "C"`,
+		BytesType: "bytea",
+		TimeType:  "timestamptz",
 	},
 	SchemaLock: `SELECT pg_advisory_xact_lock(4242)`,
 	Insert:     `INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
@@ -71,7 +70,7 @@ ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
 	IsDuplicateKey: func(err error, t sqlinbox.Table) bool {
 		var pgErr *pgconn.PgError
 		return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == t.Name &&
-			pgErr.ConstraintName == t.Name+"_pkey"
+			pgErr.ConstraintName == t.PrimaryKey
 	},
 	LockTimeout: func(timeout time.Duration) (string, []any) {
 		return `SELECT set_config('lock_timeout', $1, true)`, []any{fmt.Sprintf("%dms", max(timeout.Milliseconds(), 1))}

@@ -40,9 +40,8 @@ func Postgres() Dialect {
 			Describe: func(t Table) (string, []any) { return postgresDescribe, []any{t.Quoted} },
 			KeyType:  `varchar or text with a deterministic collation (COLLATE "C"), or bytea`,
 			// bytea only: text refuses the bytes of a fingerprint that are not UTF-8.
-			BytesType:      "bytea",
-			TimeType:       "timestamptz",
-			PrimaryKeyName: postgresPrimaryKeyName,
+			BytesType: "bytea",
+			TimeType:  "timestamptz",
 		},
 		// CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
 		SchemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
@@ -109,26 +108,17 @@ LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.contype = 'p'
 WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`
 
-// postgresPrimaryKeyName is the name PostgreSQL gives the primary key of a table created
-// with t's name, the one postgresDuplicateKey recognises: a table renamed since keeps the
-// old name on its key.
-func postgresPrimaryKeyName(t Table) string {
-	name := t.Name
-	if len(name) > maxIdentifierLength-len("_pkey") {
-		name = name[:maxIdentifierLength-len("_pkey")]
-	}
-	return name + "_pkey"
-}
-
 // postgresDuplicateKey recognises a unique violation (SQLSTATE 23505) of the inbox table's
-// primary key by the constraint name PostgreSQL gives it, "<table>_pkey" (the table name cut
-// to 58 bytes), and the table it names. The error is a *pgconn.PgError, found with
-// errors.As, from pgx and from its database/sql driver.
+// primary key: the constraint the error names is the key the table check read from the
+// catalog (Table.PrimaryKey), whatever it is called ("inbox_pkey", "pk_billing_inbox",
+// "inbox_pkey1" after a re-create), on the table the error names. Any other unique index of
+// the table is not the key. The error is a *pgconn.PgError, found with errors.As, from pgx
+// and from its database/sql driver.
 func postgresDuplicateKey(err error, t Table) bool {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+	if t.PrimaryKey == "" || !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 		return false
 	}
-	return pgErr.ConstraintName == postgresPrimaryKeyName(t) && pgErr.TableName == t.Name &&
+	return pgErr.ConstraintName == t.PrimaryKey && pgErr.TableName == t.Name &&
 		(t.Schema == "" || pgErr.SchemaName == t.Schema)
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
+
+	inbox "github.com/inboxkit/watermill-inbox"
 )
 
 // SQLite returns the dialect of SQLite 3.24 or later, through modernc.org/sqlite or github.com/mattn/go-sqlite3.
@@ -16,7 +19,7 @@ import (
 func SQLite() Dialect {
 	return Dialect{
 		Name:          "sqlite",
-		ValidateTable: ValidateTableName,
+		ValidateTable: sqliteValidateTable,
 		QuoteIdentifier: func(identifier string) string {
 			return `"` + identifier + `"`
 		},
@@ -117,6 +120,20 @@ SELECT x.name,
 	''
 FROM x LEFT JOIN k ON k.name = x.name
 ORDER BY x.cid`
+
+// sqliteValidateTable is ValidateTableName with no schema but main: in SQLite another
+// schema is an attached database, which every connection of the store's pool, and of a
+// migration tool, would have to ATTACH itself, or the table is not found.
+func sqliteValidateTable(table string) error {
+	if err := ValidateTableName(table); err != nil {
+		return err
+	}
+	if schema, _, ok := strings.Cut(table, "."); ok && schema != "main" {
+		return fmt.Errorf("%w %q: SQLite has no schemas (%s would be an attached database); use the table's name alone",
+			inbox.ErrInvalidTableName, table, schema)
+	}
+	return nil
+}
 
 // sqliteIndex is the processed_at index's name, qualified by the table's schema.
 func sqliteIndex(t Table) string {

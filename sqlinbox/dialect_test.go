@@ -80,6 +80,14 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 			t.Errorf("SchemaSQL(%q): err = %v, want ErrInvalidTableName", table, err)
 		}
 	}
+	// SQLite has no schemas: another than main would be an attached database, which neither
+	// a migration tool nor the store's connections attach.
+	for _, table := range []string{"app.billing_inbox", "temp.inbox"} {
+		_, err := sqlinbox.New(new(sql.DB), sqlinbox.SQLite(), sqlinbox.Config{Table: table})
+		if !errors.Is(err, inbox.ErrInvalidTableName) || !strings.Contains(err.Error(), "SQLite has no schemas") {
+			t.Errorf("New(SQLite, %q): err = %v, want ErrInvalidTableName saying SQLite has no schemas", table, err)
+		}
+	}
 	if _, err := sqlinbox.New(nil, sqlinbox.SQLite(), sqlinbox.Config{}); err == nil {
 		t.Error("New with a nil db accepted")
 	}

@@ -13,7 +13,9 @@
 // Two adapters run the SQL: PgxStore for PostgreSQL through pgx v5, and SQLStore for any
 // database/sql driver. A Dialect holds all the SQL of one database, the DDL included:
 // Postgres, MySQL (MySQL and MariaDB) and SQLite, each in a file of its own. SchemaSQL
-// returns the DDL for teams that run their own migrations. Dialect's fields are exported, so
+// returns the DDL, and MigrationFiles the same as the files of a migration tool (goose,
+// golang-migrate), for teams that run their own migrations; the library keeps no version
+// table of its own. Dialect's fields are exported, so
 // a dialect can be written outside this package; the conformance suite in package inboxtest
 // checks a store built on it.
 //

@@ -235,13 +235,13 @@ func (s *SQLStore) CheckTable(ctx context.Context) error {
 // describe reads the table's shape in a transaction of its own: behind a pooler in
 // transaction mode, a statement that the driver sends in steps (pgx's describe-exec mode)
 // could otherwise have its steps run on two server connections and fail.
-func (s *SQLStore) describe(ctx context.Context) error {
+func (s *SQLStore) describe(ctx context.Context) (primaryKey string, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("sqlinbox: read the inbox table's shape: begin: %w", err)
+		return "", fmt.Errorf("sqlinbox: read the inbox table's shape: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // it only read
-	return describeTable(ctx, s.sql.dialect.TableCheck, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
+	return describeTable(ctx, s.sql.dialect, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
 		rows, err := tx.QueryContext(ctx, text, args...)
 		if err != nil {
 			return nil, err

@@ -63,8 +63,11 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 	return s, nil
 }
 
-// isDuplicateKey reports whether err, from the claim's insert, is the duplicate key.
-func (s statements) isDuplicateKey(err error) bool { return s.dialect.IsDuplicateKey(err, s.table) }
+// isDuplicateKey reports whether err, from the claim's insert, is the duplicate key: a
+// violation of the primary key the table check found.
+func (s statements) isDuplicateKey(err error) bool {
+	return s.dialect.IsDuplicateKey(err, s.guard.table(s.table))
+}
 
 // scanPrior reads the committed claim's record. No row means it was deleted between the
 // claim and the read (retention): an error, so the message is redelivered and claimed anew.

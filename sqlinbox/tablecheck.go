@@ -37,10 +37,6 @@ type TableCheck struct {
 	// accepts for the key columns, for payload_hash and produced, and for processed_at
 	// (`varchar or text COLLATE "C", or bytea`).
 	KeyType, BytesType, TimeType string
-
-	// PrimaryKeyName, if set, returns the name IsDuplicateKey expects the primary key to
-	// have; a primary key named otherwise is refused. Nil: any name.
-	PrimaryKeyName func(table Table) string
 }
 
 // TableColumn is one column of the inbox table as TableCheck.Describe reports it.
@@ -70,12 +66,15 @@ var (
 	inboxColumns = []string{"consumer", "message_id", "processed_at", "payload_hash", "produced"}
 )
 
-// judgeTable returns nil if columns, as check described table, describe a table that guards
-// against duplicates, else an error wrapping ErrTableMismatch with every reason.
-func judgeTable(check *TableCheck, table Table, columns []TableColumn) error {
+// judgeTable returns nil if columns, as dialect's TableCheck described table, describe a
+// table that guards against duplicates, else an error wrapping ErrTableMismatch with every
+// reason.
+func judgeTable(dialect Dialect, table Table, columns []TableColumn) error {
+	check := dialect.TableCheck
 	if len(columns) == 0 {
-		return tableMismatch(table, []string{"it does not exist (create it with InitializeSchema, " +
-			"\"watermill-inbox migrate\" or the DDL of \"watermill-inbox schema\")"})
+		return tableMismatch(table, []string{"it does not exist; write its migration with " + migrationCommand(dialect, table) +
+			" (-format golang-migrate or sql for those tools) and apply it with your migration tool, " +
+			"or create it with InitializeSchema or \"watermill-inbox migrate\""})
 	}
 	byName := map[string]TableColumn{}
 	var key []TableColumn
@@ -95,8 +94,8 @@ func judgeTable(check *TableCheck, table Table, columns []TableColumn) error {
 		}
 	}
 	if len(missing) > 0 {
-		problems = append(problems, fmt.Sprintf("it has no column %s; want all of %s",
-			strings.Join(missing, ", "), strings.Join(inboxColumns, ", ")))
+		problems = append(problems, fmt.Sprintf("it has no column %s; want all of %s, which the table the migration of %s creates has",
+			strings.Join(missing, ", "), strings.Join(inboxColumns, ", "), migrationCommand(dialect, table)))
 	}
 
 	keyNames := make([]string, len(key))
@@ -108,9 +107,6 @@ func judgeTable(check *TableCheck, table Table, columns []TableColumn) error {
 		problems = append(problems, "it has no primary key (a UNIQUE constraint or index is not one); want (consumer, message_id)")
 	case !sameSet(keyNames, keyColumns):
 		problems = append(problems, fmt.Sprintf("its primary key is (%s); want (consumer, message_id)", strings.Join(keyNames, ", ")))
-	case check.PrimaryKeyName != nil && key[0].PrimaryKey != check.PrimaryKeyName(table):
-		problems = append(problems, fmt.Sprintf("its primary key is named %q, which the duplicate-key check does not recognise; want %q",
-			key[0].PrimaryKey, check.PrimaryKeyName(table)))
 	}
 
 	for _, name := range inboxColumns {
@@ -139,6 +135,21 @@ func judgeTable(check *TableCheck, table Table, columns []TableColumn) error {
 		return tableMismatch(table, problems)
 	}
 	return nil
+}
+
+// migrationCommand is the command that writes the migration creating table in dialect,
+// for the messages of a refused table; for a dialect the command does not know, the
+// function that returns the files.
+func migrationCommand(dialect Dialect, table Table) string {
+	name := table.Name
+	if table.Schema != "" {
+		name = table.Schema + "." + name
+	}
+	switch dialect.Name {
+	case "postgres", "mysql", "sqlite":
+		return fmt.Sprintf(`"watermill-inbox schema -format goose -dialect %s -table %s -out DIR"`, dialect.Name, name)
+	}
+	return fmt.Sprintf("sqlinbox.MigrationFiles(dialect, %q, format, version)", name)
 }
 
 func tableMismatch(table Table, problems []string) error {

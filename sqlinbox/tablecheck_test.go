@@ -39,7 +39,8 @@ func TestJudgeTable(t *testing.T) {
 		{"extra columns that are nullable or have a default", edit(func(c []TableColumn) []TableColumn {
 			return append(c, TableColumn{Name: "tenant", Nullable: true}, TableColumn{Name: "n", HasDefault: true})
 		}), ""},
-		{"no table", nil, `sqlinbox: table "billing"."inbox" cannot guard against duplicates: it does not exist`},
+		{"no table", nil, `sqlinbox: table "billing"."inbox" cannot guard against duplicates: it does not exist; ` +
+			`write its migration with "watermill-inbox schema -format goose -dialect postgres -table billing.inbox -out DIR"`},
 		{"no primary key", edit(func(c []TableColumn) []TableColumn {
 			c[0].KeyPosition, c[1].KeyPosition = 0, 0
 			return c
@@ -52,18 +53,20 @@ func TestJudgeTable(t *testing.T) {
 			c[2].KeyPosition = 3
 			return c
 		}), "its primary key is (consumer, message_id, processed_at); want (consumer, message_id)"},
-		{"primary key named otherwise", edit(func(c []TableColumn) []TableColumn {
+		// The duplicate-key check compares the name the check read, whatever it is.
+		{"a primary key of another name", edit(func(c []TableColumn) []TableColumn {
 			for i := range c {
-				c[i].PrimaryKey = "old_pkey"
+				c[i].PrimaryKey = "pk_billing_inbox"
 			}
 			return c
-		}), `its primary key is named "old_pkey", which the duplicate-key check does not recognise; want "inbox_pkey"`},
+		}), ""},
 		{"case-insensitive message_id", edit(func(c []TableColumn) []TableColumn {
 			c[1].Type, c[1].Exact = "citext", false
 			return c
 		}), `column message_id is citext, which does not compare bytes exactly`},
 		{"produced missing", edit(func(c []TableColumn) []TableColumn { return c[:4] }),
-			"it has no column produced; want all of consumer, message_id, processed_at, payload_hash, produced"},
+			"it has no column produced; want all of consumer, message_id, processed_at, payload_hash, produced, " +
+				`which the table the migration of "watermill-inbox schema -format goose -dialect postgres -table billing.inbox -out DIR" creates has`},
 		{"produced as text", edit(func(c []TableColumn) []TableColumn {
 			c[4].Type, c[4].Binary = "text", false
 			return c
@@ -77,7 +80,7 @@ func TestJudgeTable(t *testing.T) {
 		}), "column tenant is NOT NULL without a default"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := judgeTable(Postgres().TableCheck, table, tt.columns)
+			err := judgeTable(Postgres(), table, tt.columns)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -100,11 +103,11 @@ func TestTableGuard(t *testing.T) {
 	var mu sync.Mutex
 	checks := 0
 	verdict := error(mismatchError("sqlinbox: table \"inbox\" cannot guard against duplicates: no"))
-	check := func(context.Context) error {
+	check := func(context.Context) (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		checks++
-		return verdict
+		return "pk_inbox", verdict
 	}
 	setVerdict := func(err error) { mu.Lock(); verdict = err; mu.Unlock() }
 	ctx := context.Background()
@@ -122,9 +125,15 @@ func TestTableGuard(t *testing.T) {
 	if err := g.before(ctx, table, check); err == nil || checks != 1 {
 		t.Fatalf("before the interval: err = %v after %d checks, want the refusal after 1", err, checks)
 	}
+	if key := g.table(table).PrimaryKey; key != "" {
+		t.Fatalf("primary key %q before a check passed, want none", key)
+	}
 	now = now.Add(time.Millisecond)
 	if err := g.before(ctx, table, check); err != nil || checks != 2 {
 		t.Fatalf("after the interval: err = %v after %d checks, want nil after 2", err, checks)
+	}
+	if key := g.table(table).PrimaryKey; key != "pk_inbox" {
+		t.Fatalf("primary key %q after the check passed, want the one it read", key)
 	}
 	var wg sync.WaitGroup
 	for range 20 {

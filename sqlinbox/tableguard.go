@@ -21,10 +21,14 @@ const tableRecheckInterval = 10 * time.Second
 // table that passed is not checked again (an atomic load per message); a refused table is
 // checked again at most every tableRecheckInterval; a check that could not read the catalog
 // (the database is down) gives no verdict and is repeated by the next message.
+//
+// A check that passes also keeps the name of the table's primary key, which the store's
+// duplicate-key recognition compares with the constraint a failed claim names.
 type tableGuard struct {
-	passed atomic.Bool
-	logger watermill.LoggerAdapter
-	now    func() time.Time
+	passed     atomic.Bool
+	primaryKey atomic.Pointer[string]
+	logger     watermill.LoggerAdapter
+	now        func() time.Time
 
 	mu        sync.Mutex // one check at a time; held by the messages that wait for it
 	refused   error      // the last check's ErrTableMismatch, if any
@@ -38,9 +42,12 @@ func newTableGuard(logger watermill.LoggerAdapter) *tableGuard {
 	return &tableGuard{logger: logger, now: time.Now}
 }
 
+// tableCheck reads the table's shape, judges it and returns its primary key's name.
+type tableCheck func(context.Context) (primaryKey string, err error)
+
 // before returns nil once the table passed its check, running the check if no verdict
 // stands, and the refusal while one does.
-func (g *tableGuard) before(ctx context.Context, table Table, check func(context.Context) error) error {
+func (g *tableGuard) before(ctx context.Context, table Table, check tableCheck) error {
 	if g.passed.Load() {
 		return nil
 	}
@@ -56,17 +63,18 @@ func (g *tableGuard) before(ctx context.Context, table Table, check func(context
 }
 
 // check runs check now, whatever the standing verdict, and keeps its verdict.
-func (g *tableGuard) check(ctx context.Context, table Table, check func(context.Context) error) error {
+func (g *tableGuard) check(ctx context.Context, table Table, check tableCheck) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.checkLocked(ctx, table, check)
 }
 
-func (g *tableGuard) checkLocked(ctx context.Context, table Table, check func(context.Context) error) error {
-	err := check(ctx)
+func (g *tableGuard) checkLocked(ctx context.Context, table Table, check tableCheck) error {
+	primaryKey, err := check(ctx)
 	switch {
 	case err == nil:
 		g.refused = nil
+		g.primaryKey.Store(&primaryKey)
 		g.passed.Store(true)
 	case errors.Is(err, ErrTableMismatch):
 		g.passed.Store(false)
@@ -121,14 +129,24 @@ func (g *textGuard) before(ctx context.Context, check func(context.Context) erro
 	return err
 }
 
-// describeTable reads table's shape with check.Describe through query and judges it.
-func describeTable(ctx context.Context, check *TableCheck, table Table,
+// table returns t with the name of its primary key that the last passing check read.
+func (g *tableGuard) table(t Table) Table {
+	if key := g.primaryKey.Load(); key != nil {
+		t.PrimaryKey = *key
+	}
+	return t
+}
+
+// describeTable reads table's shape with dialect's TableCheck through query, judges it and
+// returns the primary key's name.
+func describeTable(ctx context.Context, dialect Dialect, table Table,
 	query func(ctx context.Context, sql string, args ...any) (tableRows, error),
-) error {
+) (primaryKey string, err error) {
+	check := dialect.TableCheck
 	text, args := check.Describe(table)
 	rows, err := query(ctx, text, args...)
 	if err != nil {
-		return fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
+		return "", fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
 	}
 	defer rows.Close()
 	var columns []TableColumn
@@ -136,15 +154,18 @@ func describeTable(ctx context.Context, check *TableCheck, table Table,
 		var c TableColumn
 		var exact, binary, temporal, nullable, hasDefault int64
 		if err := rows.Scan(&c.Name, &c.Type, &c.KeyPosition, &exact, &binary, &temporal, &nullable, &hasDefault, &c.PrimaryKey); err != nil {
-			return fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
+			return "", fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
 		}
 		c.Exact, c.Binary, c.Temporal, c.Nullable, c.HasDefault = exact == 1, binary == 1, temporal == 1, nullable == 1, hasDefault == 1
 		columns = append(columns, c)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
+		return "", fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
 	}
-	return judgeTable(check, table, columns)
+	if err := judgeTable(dialect, table, columns); err != nil {
+		return "", err
+	}
+	return columns[0].PrimaryKey, nil
 }
 
 // tableRows is what describeTable reads: *sql.Rows, or pgx.Rows with an adapted Close.

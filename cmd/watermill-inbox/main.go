@@ -3,6 +3,7 @@
 // than a retention, and shows what the table holds.
 //
 //	watermill-inbox schema  -dialect postgres -table inbox
+//	watermill-inbox schema  -dialect postgres -table app.billing_inbox -format goose -out migrations
 //	watermill-inbox migrate -dsn postgres://user@host/db
 //	watermill-inbox check   -dsn postgres://user@host/db
 //	watermill-inbox cleanup -dsn postgres://user@host/db -older-than 14d
@@ -13,6 +14,13 @@
 // by a file path, or file: URIs (modernc.org/sqlite). Without a scheme, name the dialect with
 // -dialect. stats and cleanup refuse a SQLite file that does not exist (SQLite would create
 // an empty one); migrate creates it.
+//
+// schema prints the DDL, or with -out writes the migration that creates the table into a
+// folder, as the files of one migration tool (-format goose, golang-migrate or sql; see
+// sqlinbox.MigrationFiles), numbered with the time in UTC or -version. It refuses to
+// replace a migration of the table the folder holds already, unless -force is given with
+// that migration's -version, and writes each file under a temporary name first, then
+// renames them all: a failure leaves no file behind.
 //
 // migrate and check refuse a table that cannot guard against duplicates (its primary key is
 // not exactly (consumer, message_id), its key columns do not compare bytes exactly, a column
@@ -61,7 +69,8 @@ const dsnVar = "INBOX_DSN"
 const usage = `usage: watermill-inbox <command> [flags]
 
 commands:
-  schema    print the DDL that creates the inbox table and its processed_at index
+  schema    print the DDL that creates the inbox table and its processed_at index, or write
+            it as a migration for goose or golang-migrate (-format, -out)
   migrate   create the inbox table and its index if they do not exist, then check it
   check     check that the inbox table can guard against duplicates (exit 1 and why if not)
   cleanup   delete claims older than -older-than, in batches
@@ -249,7 +258,8 @@ func (d *inboxDB) checkTable(ctx context.Context, table string) error {
 	}
 	rows, err := d.db.QueryContext(ctx, "SELECT consumer, message_id, processed_at FROM "+quoted+" WHERE 1 = 0")
 	if err != nil {
-		return fmt.Errorf("inbox table %q is missing or unreadable (create it with \"watermill-inbox migrate\"): %w", table, err)
+		return fmt.Errorf("inbox table %q is missing or unreadable (create it with \"watermill-inbox migrate\", "+
+			"or with your migration tool from the files of \"watermill-inbox schema -format goose -out DIR\"): %w", table, err)
 	}
 	return rows.Close()
 }
@@ -345,6 +355,10 @@ func (t *target) resolve(needDSN, creates bool) (dialect sqlinbox.Dialect, drive
 		return dialect, "", "", usagef("cannot tell the dialect from the DSN: start it with postgres://, mysql:// or sqlite://, or set -dialect")
 	}
 	dialect = o.dialect
+	// The dialect's own rules too: SQLite refuses a schema.
+	if _, err := dialect.ParseTable(t.table); err != nil {
+		return dialect, "", "", usageError{fmt.Errorf("-table: %w", err)}
+	}
 	if !needDSN {
 		return dialect, "", "", nil
 	}
@@ -394,23 +408,6 @@ func sqliteDSN(dsn string, creates bool) (string, error) {
 		dsn += sep + "_pragma=busy_timeout(10000)"
 	}
 	return dsn, nil
-}
-
-func schemaCommand(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("schema")
-	if err := c.parse(args, stderr); err != nil {
-		return err
-	}
-	dialect, _, _, err := c.resolve(false, false)
-	if err != nil {
-		return err
-	}
-	ddl, err := sqlinbox.SchemaSQL(dialect, c.table)
-	if err != nil {
-		return err
-	}
-	_, err = io.WriteString(stdout, ddl)
-	return err
 }
 
 func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -248,130 +249,174 @@ func insert(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, table, consumer 
 	}
 }
 
-// Against each database: migrate creates the table (twice is fine), stats and cleanup fail
-// clearly before it exists, cleanup deletes exactly the expired claims with a bar or a
-// summary line, and stats reports what is left.
+// qualifiedTable returns a new table name qualified by a new schema (PostgreSQL, not on the
+// search path) or database (MariaDB), dropped with everything in it when the test ends.
+func qualifiedTable(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect) string {
+	t.Helper()
+	schema, drop := testenv.Name("app"), "DROP SCHEMA IF EXISTS %s CASCADE"
+	if dialect.Name == sqlinbox.MySQL().Name {
+		drop = "DROP DATABASE IF EXISTS %s"
+	}
+	if _, err := db.ExecContext(context.Background(), "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.ExecContext(context.WithoutCancel(context.Background()), fmt.Sprintf(drop, schema)) })
+	return schema + "." + testenv.Name("cli_inbox")
+}
+
+// Against each database, with the table's name alone and qualified by a schema that is not
+// on PostgreSQL's search path (a database on MariaDB): migrate creates the table (twice is
+// fine), stats and cleanup fail clearly before it exists, check passes it, cleanup deletes
+// exactly the expired claims with a bar or a summary line, and stats reports what is left.
+// On SQLite a qualified name is refused by every command. PostgreSQL also through PgBouncer
+// in transaction mode, with the DSN docs/pooler.md gives.
 func TestCommandsAgainstDatabases(t *testing.T) {
-	for _, d := range databases(t) {
-		t.Run(d.name, func(t *testing.T) {
-			t.Parallel()
-			db, dialect := d.open(t)
-			table := testenv.Name("cli_inbox")
-			t.Cleanup(func() {
-				_, _ = db.ExecContext(context.WithoutCancel(context.Background()), "DROP TABLE IF EXISTS "+table)
+	bouncer, err := url.Parse(testenv.PgBouncerURL(t, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	query := bouncer.Query()
+	query.Set("default_query_exec_mode", "exec")
+	bouncer.RawQuery = query.Encode()
+	pooled := database{"postgres/pgbouncer", bouncer.String(), "now() - interval '2 hours'", "now()"}
+	for _, d := range append(databases(t), pooled) {
+		for _, qualified := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/qualified=%v", d.name, qualified), func(t *testing.T) {
+				t.Parallel()
+				testCommandsAgainst(t, d, qualified)
 			})
-			common := []string{"-dsn", d.dsn, "-table", table}
+		}
+	}
+}
 
-			wantError(t, append([]string{"stats"}, common...), exitFail, fmt.Sprintf("inbox table %q is missing", table))
-			wantError(t, append([]string{"cleanup", "-older-than", "1h"}, common...), exitFail, "watermill-inbox migrate")
+func testCommandsAgainst(t *testing.T, d database, qualified bool) {
+	db, dialect := d.open(t)
+	table := testenv.Name("cli_inbox")
+	if qualified && dialect.Name == sqlinbox.SQLite().Name {
+		for _, command := range [][]string{{"migrate"}, {"check"}, {"stats"}, {"cleanup", "-older-than", "1d"}, {"schema"}} {
+			wantError(t, append(command, "-dsn", d.dsn, "-table", "app.billing_inbox"), exitUsage, "SQLite has no schemas")
+		}
+		return
+	}
+	if qualified {
+		table = qualifiedTable(t, db, dialect)
+	}
+	t.Cleanup(func() {
+		_, _ = db.ExecContext(context.WithoutCancel(context.Background()), "DROP TABLE IF EXISTS "+table)
+	})
+	common := []string{"-dsn", d.dsn, "-table", table}
 
-			for range 2 {
-				code, stdout, stderr := cli(t, append([]string{"migrate"}, common...)...)
-				if code != 0 || stderr != "" || !strings.Contains(stdout, "are in place") {
-					t.Fatalf("migrate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
-				}
-			}
-			insert(t, db, dialect, table, "billing", 250, d.age)
-			insert(t, db, dialect, table, "gone_consumer", 40, d.age)
-			insert(t, db, dialect, table, "billing_new", 10, d.now)
+	wantError(t, append([]string{"stats"}, common...), exitFail, fmt.Sprintf("inbox table %q is missing", table))
+	wantError(t, append([]string{"cleanup", "-older-than", "1h"}, common...), exitFail, "watermill-inbox migrate")
 
-			code, stdout, stderr := cli(t, append([]string{"stats"}, common...)...)
-			if code != 0 || stderr != "" {
-				t.Fatalf("stats: exit %d, stderr %q", code, stderr)
-			}
-			for _, want := range []string{
-				`(?m)^claims\s+300$`, `(?m)^consumers\s+3$`, `(?m)^size\s+\d+(\.\d)? [KMG]?i?B \(\d+ bytes`,
-				`(?m)^oldest claim\s+20\d\d-`, `(?m)^billing\s+250\s+20`, `(?m)^billing_new\s+10\s+20`, `(?m)^gone_consumer\s+40\s+`,
-			} {
-				if !regexp.MustCompile(want).MatchString(stdout) {
-					t.Errorf("stats output does not match %s:\n%s", want, stdout)
-				}
-			}
+	for range 2 {
+		code, stdout, stderr := cli(t, append([]string{"migrate"}, common...)...)
+		if code != 0 || stderr != "" || !strings.Contains(stdout, "are in place") {
+			t.Fatalf("migrate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+	}
+	if code, stdout, stderr := cli(t, append([]string{"check"}, common...)...); code != 0 || !strings.Contains(stdout, "can guard") {
+		t.Fatalf("check: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	insert(t, db, dialect, table, "billing", 250, d.age)
+	insert(t, db, dialect, table, "gone_consumer", 40, d.age)
+	insert(t, db, dialect, table, "billing_new", 10, d.now)
 
-			// Not a terminal: lines, here one per batch but the last, then the summary.
-			code, stdout, stderr = cli(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100", "-progress-every", "0"}, common...)...)
-			wantLines := []string{
-				fmt.Sprintf(`^counting the claims older than 1h0m0s in %q$`, table),
-				`^290 claims to delete, in batches of 100$`,
-				`^deleted 100 of 290 claims in 1 batch, \d+ rows/s, 190 left, about \d+s to go$`,
-				`^deleted 200 of 290 claims in 2 batches, \d+ rows/s, 90 left, about \d+s to go$`,
-				fmt.Sprintf(`^deleted 290 claims older than 1h0m0s from %q in 3 batches, \S+ \(\d+ rows/s\)$`, table),
-			}
-			if lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n"); code != 0 || stderr != "" || len(lines) != len(wantLines) {
-				t.Errorf("cleanup: exit %d, stderr %q, stdout:\n%s\nwant %d lines", code, stderr, stdout, len(wantLines))
-			} else {
-				for i, want := range wantLines {
-					if !regexp.MustCompile(want).MatchString(lines[i]) {
-						t.Errorf("cleanup: line %d is %q, want %s", i+1, lines[i], want)
-					}
-				}
-			}
-			// The default interval (10 s) prints no progress line in a pass this short, and
-			// a pass with nothing to delete takes 1 batch, in the singular.
-			code, stdout, _ = cli(t, append([]string{"cleanup", "-older-than", "1h"}, common...)...)
-			if want := "0 claims to delete"; code != 0 || strings.Count(stdout, "\n") != 3 || !strings.Contains(stdout, want) ||
-				!strings.Contains(stdout, "deleted 0 claims older than 1h0m0s from "+fmt.Sprintf("%q", table)+" in 1 batch,") {
-				t.Errorf("cleanup of nothing: exit %d, stdout %q", code, stdout)
-			}
-			// -progress none: no count, one summary line.
-			code, stdout, _ = cli(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...)...)
-			if code != 0 || strings.Count(stdout, "\n") != 1 || !strings.HasPrefix(stdout, "deleted 0 claims") {
-				t.Errorf("cleanup -progress none: exit %d, stdout %q", code, stdout)
-			}
-			code, stdout, _ = cli(t, append([]string{"stats"}, common...)...)
-			if code != 0 || !regexp.MustCompile(`(?m)^claims\s+10$`).MatchString(stdout) || strings.Contains(stdout, "gone_consumer") {
-				t.Errorf("stats after cleanup: exit %d, want 10 claims left, none of gone_consumer:\n%s", code, stdout)
-			}
+	code, stdout, stderr := cli(t, append([]string{"stats"}, common...)...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("stats: exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{
+		`(?m)^claims\s+300$`, `(?m)^consumers\s+3$`, `(?m)^size\s+\d+(\.\d)? [KMG]?i?B \(\d+ bytes`,
+		`(?m)^oldest claim\s+20\d\d-`, `(?m)^billing\s+250\s+20`, `(?m)^billing_new\s+10\s+20`, `(?m)^gone_consumer\s+40\s+`,
+	} {
+		if !regexp.MustCompile(want).MatchString(stdout) {
+			t.Errorf("stats output does not match %s:\n%s", want, stdout)
+		}
+	}
 
-			// With the bar: redrawn lines up to 100%, then the summary.
-			insert(t, db, dialect, table, "replayed", 150, d.age)
-			code, stdout, stderr = cli(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100", "-progress", "bar"}, common...)...)
-			if code != 0 || stderr != "" {
-				t.Fatalf("cleanup with bar: exit %d, stderr %q", code, stderr)
+	// Not a terminal: lines, here one per batch but the last, then the summary.
+	code, stdout, stderr = cli(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100", "-progress-every", "0"}, common...)...)
+	wantLines := []string{
+		fmt.Sprintf(`^counting the claims older than 1h0m0s in %q$`, table),
+		`^290 claims to delete, in batches of 100$`,
+		`^deleted 100 of 290 claims in 1 batch, \d+ rows/s, 190 left, about \d+s to go$`,
+		`^deleted 200 of 290 claims in 2 batches, \d+ rows/s, 90 left, about \d+s to go$`,
+		fmt.Sprintf(`^deleted 290 claims older than 1h0m0s from %q in 3 batches, \S+ \(\d+ rows/s\)$`, table),
+	}
+	if lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n"); code != 0 || stderr != "" || len(lines) != len(wantLines) {
+		t.Errorf("cleanup: exit %d, stderr %q, stdout:\n%s\nwant %d lines", code, stderr, stdout, len(wantLines))
+	} else {
+		for i, want := range wantLines {
+			if !regexp.MustCompile(want).MatchString(lines[i]) {
+				t.Errorf("cleanup: line %d is %q, want %s", i+1, lines[i], want)
 			}
-			for _, want := range []string{"\rcounting the claims", "\r150 claims to delete", "\r[", "100/150 rows",
-				"\r[" + strings.Repeat("#", 30) + "] 100% 150/150 rows", "\ndeleted 150 claims"} {
-				if !strings.Contains(stdout, want) {
-					t.Errorf("cleanup with bar: stdout %q, want it to contain %q", stdout, want)
-				}
-			}
+		}
+	}
+	// The default interval (10 s) prints no progress line in a pass this short, and
+	// a pass with nothing to delete takes 1 batch, in the singular.
+	code, stdout, _ = cli(t, append([]string{"cleanup", "-older-than", "1h"}, common...)...)
+	if want := "0 claims to delete"; code != 0 || strings.Count(stdout, "\n") != 3 || !strings.Contains(stdout, want) ||
+		!strings.Contains(stdout, "deleted 0 claims older than 1h0m0s from "+fmt.Sprintf("%q", table)+" in 1 batch,") {
+		t.Errorf("cleanup of nothing: exit %d, stdout %q", code, stdout)
+	}
+	// -progress none: no count, one summary line.
+	code, stdout, _ = cli(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...)...)
+	if code != 0 || strings.Count(stdout, "\n") != 1 || !strings.HasPrefix(stdout, "deleted 0 claims") {
+		t.Errorf("cleanup -progress none: exit %d, stdout %q", code, stdout)
+	}
+	code, stdout, _ = cli(t, append([]string{"stats"}, common...)...)
+	if code != 0 || !regexp.MustCompile(`(?m)^claims\s+10$`).MatchString(stdout) || strings.Contains(stdout, "gone_consumer") {
+		t.Errorf("stats after cleanup: exit %d, want 10 claims left, none of gone_consumer:\n%s", code, stdout)
+	}
 
-			// Another cleanup holds the lock: exit 3, nothing deleted.
-			if lock := cmp.Or(dialect.CleanupTxLock, dialect.CleanupLock); lock != "" {
-				insert(t, db, dialect, table, "locked", 5, d.age)
-				// A transaction lock is held by an open transaction, a session lock by the
-				// connection.
-				conn, err := db.Conn(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close()
-				var holder interface {
-					QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-				} = conn
-				if dialect.CleanupTxLock != "" {
-					tx, err := conn.BeginTx(context.Background(), nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer tx.Rollback()
-					holder = tx
-				}
-				parsed, err := dialect.ParseTable(table)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var got int
-				if err := holder.QueryRowContext(context.Background(), lock, dialect.CleanupLockKey(parsed)).Scan(&got); err != nil || got != 1 {
-					t.Fatalf("take the cleanup lock: %d, %v", got, err)
-				}
-				wantError(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...), exitBusy,
-					"another cleanup of this table is running")
-				if code, stdout, _ := cli(t, append([]string{"stats"}, common...)...); code != 0 || !regexp.MustCompile(`(?m)^locked\s+5\s`).MatchString(stdout) {
-					t.Errorf("stats while locked: exit %d, want the 5 locked claims kept:\n%s", code, stdout)
-				}
+	// With the bar: redrawn lines up to 100%, then the summary.
+	insert(t, db, dialect, table, "replayed", 150, d.age)
+	code, stdout, stderr = cli(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100", "-progress", "bar"}, common...)...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("cleanup with bar: exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"\rcounting the claims", "\r150 claims to delete", "\r[", "100/150 rows",
+		"\r[" + strings.Repeat("#", 30) + "] 100% 150/150 rows", "\ndeleted 150 claims"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("cleanup with bar: stdout %q, want it to contain %q", stdout, want)
+		}
+	}
+
+	// Another cleanup holds the lock: exit 3, nothing deleted.
+	if lock := cmp.Or(dialect.CleanupTxLock, dialect.CleanupLock); lock != "" {
+		insert(t, db, dialect, table, "locked", 5, d.age)
+		// A transaction lock is held by an open transaction, a session lock by the
+		// connection.
+		conn, err := db.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var holder interface {
+			QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+		} = conn
+		if dialect.CleanupTxLock != "" {
+			tx, err := conn.BeginTx(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-		})
+			defer tx.Rollback()
+			holder = tx
+		}
+		parsed, err := dialect.ParseTable(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		if err := holder.QueryRowContext(context.Background(), lock, dialect.CleanupLockKey(parsed)).Scan(&got); err != nil || got != 1 {
+			t.Fatalf("take the cleanup lock: %d, %v", got, err)
+		}
+		wantError(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...), exitBusy,
+			"another cleanup of this table is running")
+		if code, stdout, _ := cli(t, append([]string{"stats"}, common...)...); code != 0 || !regexp.MustCompile(`(?m)^locked\s+5\s`).MatchString(stdout) {
+			t.Errorf("stats while locked: exit %d, want the 5 locked claims kept:\n%s", code, stdout)
+		}
 	}
 }
 
@@ -382,14 +427,16 @@ func TestCheckCommand(t *testing.T) {
 	for _, d := range databases(t) {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
-			db, _ := d.open(t)
+			db, dialect := d.open(t)
 			bad, good := testenv.Name("cli_bad"), testenv.Name("cli_good")
 			t.Cleanup(func() {
 				for _, table := range []string{bad, good} {
 					_, _ = db.ExecContext(context.WithoutCancel(context.Background()), "DROP TABLE IF EXISTS "+table)
 				}
 			})
-			wantError(t, []string{"check", "-dsn", d.dsn, "-table", bad}, exitFail, "it does not exist")
+			// The upgrade policy: the refusal names the command that writes the migration.
+			wantError(t, []string{"check", "-dsn", d.dsn, "-table", bad}, exitFail,
+				`it does not exist; write its migration with "watermill-inbox schema -format goose -dialect `+dialect.Name+` -table `+bad+` -out DIR"`)
 
 			// A table as a migration tool could make it: the right columns, no primary key.
 			if _, err := db.ExecContext(context.Background(), "CREATE TABLE "+bad+
@@ -428,15 +475,22 @@ func TestParseAge(t *testing.T) {
 }
 
 // The CLI commands README.md and the pages of docs/ show, run as written in the order shown,
-// against a new SQLite database in INBOX_DSN: each must succeed, so that the documentation
-// cannot drift from the flags. docs/operating.md must show all four.
+// against a new SQLite database in INBOX_DSN, each in a new working directory that holds an
+// empty migrations folder: each must succeed, so that the documentation cannot drift from
+// the flags. docs/operating.md must show all four.
 func TestDocumentedCommands(t *testing.T) {
 	t.Setenv(dsnVar, "sqlite://"+filepath.Join(t.TempDir(), "inbox.db"))
 	pages, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range append([]string{"../../README.md"}, pages...) {
+	docs := append([]string{"../../README.md"}, pages...)
+	for i, doc := range docs {
+		if docs[i], err = filepath.Abs(doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, doc := range docs {
 		raw, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -449,6 +503,11 @@ func TestDocumentedCommands(t *testing.T) {
 			}
 			commands++
 			args := shellWords(t, rest)
+			dir := t.TempDir()
+			if err := os.Mkdir(filepath.Join(dir, "migrations"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Chdir(dir)
 			if code, _, stderr := cli(t, args...); code != exitOK {
 				t.Errorf("%s: %q: exit %d, stderr %q", doc, line, code, stderr)
 			}

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS "app"."billing_inbox";

@@ -1,0 +1,102 @@
+package sqlinbox
+
+import (
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MigrationFormat is the layout of one migration tool's files; see MigrationFiles.
+type MigrationFormat string
+
+// The formats MigrationFiles writes.
+const (
+	// FormatGoose is one file, {version}_{name}.sql, with a "-- +goose Up" and a
+	// "-- +goose Down" section, for github.com/pressly/goose.
+	FormatGoose MigrationFormat = "goose"
+	// FormatGolangMigrate is two files, {version}_{name}.up.sql and
+	// {version}_{name}.down.sql, for github.com/golang-migrate/migrate. Atlas imports this
+	// layout (atlas migrate import --from "file://DIR?format=golang-migrate") and sqlc reads
+	// it as a schema, skipping the down files.
+	FormatGolangMigrate MigrationFormat = "golang-migrate"
+	// FormatSQL is one file, {version}_{name}.sql, holding the up statements alone: Atlas's
+	// own directory layout (atlas migrate hash after adding it) and any runner of plain
+	// scripts.
+	FormatSQL MigrationFormat = "sql"
+)
+
+// MigrationFiles returns the migration that creates the inbox table table in dialect, as
+// files laid out for the migration tool format, for a team that creates its tables with its
+// own tool: write them into its migrations folder (the CLI's "watermill-inbox schema -format
+// goose -out DIR" does) or embed the fs.FS in a binary. The files are at the root of the
+// fs.FS, which both tools take as it is: goose.NewProvider(dialect, db, fsys) and
+// golang-migrate's iofs.New(fsys, ".").
+//
+// The up statements are exactly SchemaSQL's; the down statement drops the table, and its
+// index and claims with it. The name is create_ and the table's name, with its schema
+// ("create_app_billing_inbox"). version numbers the files: "" takes the time now in UTC,
+// as goose create and golang-migrate's migrate create do (20261201150405); a team that
+// numbers its migrations in sequence gives the next number as its folder writes them
+// ("00042"): 1 to 19 digits, not 0. Called at run time, to embed the files, it needs a
+// fixed version, or every start numbers a new migration.
+//
+// The library keeps no version table of its own: the team's tool records what it applied.
+// A release that changes the table ships a migration of its own to add after this one.
+func MigrationFiles(dialect Dialect, table string, format MigrationFormat, version string) (fs.FS, error) {
+	t, err := dialect.ParseTable(table)
+	if err != nil {
+		return nil, err
+	}
+	if version == "" {
+		version = time.Now().UTC().Format("20060102150405")
+	}
+	if err := validateVersion(version); err != nil {
+		return nil, err
+	}
+	name := version + "_create_" + strings.ReplaceAll(table, ".", "_")
+	up := dialect.Schema(t)
+	down := []string{"DROP TABLE IF EXISTS " + t.Quoted}
+	switch format {
+	case FormatGoose:
+		return newMigrationFS(migrationFile{name + ".sql", "-- +goose Up\n" + gooseStatements(up) +
+			"\n-- +goose Down\n" + gooseStatements(down)}), nil
+	case FormatGolangMigrate:
+		return newMigrationFS(
+			migrationFile{name + ".down.sql", script(down)},
+			migrationFile{name + ".up.sql", script(up)},
+		), nil
+	case FormatSQL:
+		return newMigrationFS(migrationFile{name + ".sql", script(up)}), nil
+	}
+	return nil, fmt.Errorf("sqlinbox: unknown migration format %q: use %s, %s or %s", format, FormatGoose, FormatGolangMigrate, FormatSQL)
+}
+
+// validateVersion accepts what both tools parse as a version: digits, at most 19 (an int64),
+// not all zeros (goose starts at 1).
+func validateVersion(version string) error {
+	n, err := strconv.ParseInt(version, 10, 64)
+	if err != nil || n <= 0 || strings.TrimLeft(version, "0123456789") != "" {
+		return fmt.Errorf("sqlinbox: migration version %q: want 1 to 19 digits, not 0 (20261201150405, or 00042 in a sequence)", version)
+	}
+	return nil
+}
+
+// script joins statements as SchemaSQL does, each ended by ";" and a line break.
+func script(statements []string) string { return strings.Join(statements, ";\n") + ";\n" }
+
+// gooseStatements writes statements for goose's parser, which ends a statement at a line
+// that ends with ";": a statement holding a ";" of its own goes between StatementBegin and
+// StatementEnd.
+func gooseStatements(statements []string) string {
+	var b strings.Builder
+	for _, s := range statements {
+		if strings.Contains(s, ";") {
+			b.WriteString("-- +goose StatementBegin\n" + s + ";\n-- +goose StatementEnd\n")
+			continue
+		}
+		b.WriteString(s + ";\n")
+	}
+	return b.String()
+}
