@@ -61,9 +61,10 @@ type Tx interface {
 }
 
 // WriteBehindStore is implemented by a Store that can claim, write and commit in one step,
-// for Config.WriteBehind. sqlinbox.PgxStore sends it all as one pipelined batch, and a MySQL
-// sqlinbox.SQLStore with MultiStatements as one text: one round trip. The middleware uses
-// Claim and Commit, in the same order, with a Store that does not implement it.
+// for Config.WriteBehind. sqlinbox.PgxStore sends it all as one pipelined batch, and a
+// sqlinbox.MultiStatementStore (MySQL) as one multi-statement request: one round trip. The
+// middleware uses Claim and Commit, in the same order, with a Store that does not implement
+// it.
 type WriteBehindStore interface {
 	// ClaimAndCommit begins a transaction, inserts the claim with produced recorded, runs
 	// statements in order and commits. If a committed row holds (consumer, key) already, it

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log"
@@ -29,9 +30,9 @@ const (
 	vPiped    = "hand-written inbox, claim sent with BEGIN"
 	vTx       = "inbox, TxFromContext"
 	vQueue    = "inbox, Queue"
-	// The claim-first modes with MultiStatements on sqlinbox.MySQLConnector: MariaDB/MySQL only.
-	vTxText    = "inbox, TxFromContext, MultiStatements"
-	vQueueText = "inbox, Queue, MultiStatements"
+	// The claim-first modes on sqlinbox.NewMultiStatement's store: MariaDB/MySQL only.
+	vTxText    = "inbox, TxFromContext, multi-statement"
+	vQueueText = "inbox, Queue, multi-statement"
 	vWB        = "inbox, WriteBehind"
 	vDup       = "inbox, duplicates only"
 
@@ -52,10 +53,10 @@ type backend struct {
 	delay    time.Duration // added by a delayProxy in each direction; 0: straight to the server
 	rtt      time.Duration // measured round trip of an empty query; 0: in process
 	store    inbox.Store
-	// textStore, if set, is a store with MultiStatements on a pool opened on
-	// sqlinbox.MySQLConnector: its claim-first mode sends BEGIN with the claim and the
-	// queued statements with COMMIT.
-	textStore inbox.Store
+	// multiStore, if set, is a sqlinbox.MultiStatementStore: its claim-first mode sends
+	// BEGIN with the claim and the queued statements with COMMIT, its write-behind mode the
+	// whole message as one request. Write-behind runs on it where it is set.
+	multiStore inbox.Store
 	// insert is the business INSERT; its arguments are (id, customer, amount).
 	insert string
 	// business runs BEGIN; INSERT; COMMIT.
@@ -162,9 +163,9 @@ func pgBackend(ctx context.Context, e *env, pool *pgxpool.Pool, delay time.Durat
 }
 
 // sqlBackend creates the tables on MySQL/MariaDB (db, reached with delay added each way) or
-// SQLite (in process), reached through database/sql. textDB, if set, is a pool on db's
-// server opened on sqlinbox.MySQLConnector, for the textStore.
-func sqlBackend(ctx context.Context, e *env, name string, db, textDB *sql.DB, delay time.Duration) (*backend, error) {
+// SQLite (in process), reached through database/sql. multi, if set, is the driver's
+// connector to db's server, for the multiStore.
+func sqlBackend(ctx context.Context, e *env, name string, db *sql.DB, multi driver.Connector, delay time.Duration) (*backend, error) {
 	dialect, idType, textType, claimSQL := sqlinbox.SQLite(), "TEXT", "TEXT", `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
 	if name == "mysql" {
 		dialect, idType, textType, claimSQL = sqlinbox.MySQL(), "CHAR(36)", "VARCHAR(64)", `INSERT IGNORE INTO %s (consumer, message_id) VALUES (?, ?)`
@@ -173,7 +174,7 @@ func sqlBackend(ctx context.Context, e *env, name string, db, textDB *sql.DB, de
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(invoiceDDL, invoices, idType, textType)); err != nil {
 		return nil, err
 	}
-	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: inboxTable, MultiStatements: dialect.Batch != nil})
+	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: inboxTable})
 	if err != nil {
 		return nil, err
 	}
@@ -185,10 +186,14 @@ func sqlBackend(ctx context.Context, e *env, name string, db, textDB *sql.DB, de
 		return nil, err
 	}
 	b := &backend{db: name, delay: delay, store: store, insert: fmt.Sprintf(`INSERT INTO %s (id, customer, amount_cents) VALUES (?, ?, ?)`, invoices)}
-	if textDB != nil {
-		if b.textStore, err = sqlinbox.New(textDB, dialect, sqlinbox.Config{Table: inboxTable, MultiStatements: true}); err != nil {
+	if multi != nil {
+		multiStore, multiDB, err := sqlinbox.NewMultiStatement(multi, dialect, sqlinbox.Config{Table: inboxTable})
+		if err != nil {
 			return nil, err
 		}
+		e.onClose(func() { multiDB.Close() })
+		e.sized(multiDB)
+		b.multiStore = multiStore
 	}
 	if name == "mysql" {
 		if b.rtt, err = sqlRTT(ctx, db); err != nil {
@@ -284,20 +289,22 @@ func (b *backend) variants(ctx context.Context, d time.Duration) ([]variant, err
 		countedVariant(vTx, d, handlerOp(mw(counted(&txRuns, inTx)), freshKey), &txRuns, all),
 		countedVariant(vQueue, d, handlerOp(mw(counted(&queueRuns, queue)), freshKey), &queueRuns, all),
 	)
-	if b.textStore != nil {
-		text, err := inbox.NewMiddleware(b.textStore, inbox.Config{Consumer: benchConsumer}, nil)
+	wbStore := b.store
+	if b.multiStore != nil {
+		wbStore = b.multiStore
+		multi, err := inbox.NewMiddleware(b.multiStore, inbox.Config{Consumer: benchConsumer}, nil)
 		if err != nil {
 			return nil, err
 		}
 		var txTextRuns, queueTextRuns atomic.Int64
 		vs = append(vs,
-			countedVariant(vTxText, d, handlerOp(text(counted(&txTextRuns, inTx)), freshKey), &txTextRuns, all),
-			countedVariant(vQueueText, d, handlerOp(text(counted(&queueTextRuns, queue)), freshKey), &queueTextRuns, all),
+			countedVariant(vTxText, d, handlerOp(multi(counted(&txTextRuns, inTx)), freshKey), &txTextRuns, all),
+			countedVariant(vQueueText, d, handlerOp(multi(counted(&queueTextRuns, queue)), freshKey), &queueTextRuns, all),
 		)
 	}
 	// Write-behind: the handler runs first and only queues its writes, which a duplicate
 	// discards. Duplicates go to it: its duplicates are the ones with a round-trip target.
-	wb, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: benchConsumer, WriteBehind: true}, nil)
+	wb, err := inbox.NewMiddleware(wbStore, inbox.Config{Consumer: benchConsumer, WriteBehind: true}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -403,18 +410,18 @@ func runCost(ctx context.Context, e *env, rep *report) error {
 			return fmt.Errorf("postgres, %s each way: %w", delay, err)
 		}
 	}
-	// MariaDB/MySQL at each round-trip time too: write-behind mode there is one text of
-	// several statements (Config.MultiStatements), and so are the claim-first mode's BEGIN
-	// with the claim and its queued statements with COMMIT on sqlinbox.MySQLConnector.
+	// MariaDB/MySQL at each round-trip time too: write-behind mode there is one
+	// multi-statement request (sqlinbox.NewMultiStatement), and so are the claim-first mode's
+	// BEGIN with the claim and its queued statements with COMMIT.
 	for _, delay := range e.opts.delays {
 		if e.mysql == nil {
 			break
 		}
-		pools, err := e.mysqlAt(ctx, delay)
+		mysql, err := e.mysqlAt(ctx, delay)
 		if err != nil {
 			return err
 		}
-		b, err := sqlBackend(ctx, e, "mysql", pools.plain, pools.oneText, delay)
+		b, err := sqlBackend(ctx, e, "mysql", mysql.plain, mysql.connector, delay)
 		if err == nil {
 			log.Printf("mysql, %s each way: round trip %s", delay, b.rtt)
 			err = b.measure(ctx, e, rep)
@@ -454,7 +461,7 @@ func (b *backend) measure(ctx context.Context, e *env, rep *report) error {
 		at := at{scenario: cmp.Or(b.scenario, "cost"), db: b.db, delay: b.delay, rtt: b.rtt, workers: workers}
 		rep.add(at, names, results, 0)
 		rep.addDerived(at, dWBvsHand, ratios(results[slices.Index(names, vWB)], results[slices.Index(names, vHand)]))
-		// What MultiStatements on MySQLConnector buys each claim-first mode, round by round.
+		// What the multi-statement store buys each claim-first mode, round by round.
 		for _, pair := range [][2]string{{vTxText, vTx}, {vQueueText, vQueue}} {
 			if i := slices.Index(names, pair[0]); i >= 0 {
 				rep.addDerived(at, pair[0]+" ÷ "+strings.TrimPrefix(pair[1], "inbox, ")+" without", ratios(results[i], results[slices.Index(names, pair[1])]))

@@ -20,7 +20,6 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
-	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // writes counts writes to database sockets (PostgreSQL and MySQL). Both drivers send a
@@ -83,15 +82,15 @@ func openEnv(ctx context.Context, o options) (_ *env, err error) {
 		return nil, err
 	}
 	if o.mysql != "off" && o.mysql != "" {
-		// Write-behind messages travel as one text of several statements
-		// (sqlinbox.Config.MultiStatements); the other variants send one statement at a time.
+		// The multi-statement store's messages travel as multi-statement requests
+		// (sqlinbox.NewMultiStatement); the other variants send one statement at a time.
 		cfg, err := mysql.ParseDSN(o.mysql)
 		if err != nil {
 			return nil, fmt.Errorf("-mysql: %w", err)
 		}
 		cfg.MultiStatements, cfg.InterpolateParams = true, true
 		e.mysqlCfg = cfg
-		if e.mysql, err = e.openMySQL(cfg, false); err != nil {
+		if e.mysql, err = e.openMySQL(cfg); err != nil {
 			return nil, err
 		}
 		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -208,57 +207,48 @@ func viaDelayProxy[C any](e *env, target string, delay time.Duration, open func(
 	}
 }
 
-// openMySQL opens a pool on cfg; oneText opens it on sqlinbox.MySQLConnector, which lets a
-// store with MultiStatements send the claim-first mode's texts.
-func (e *env) openMySQL(cfg *mysql.Config, oneText bool) (*sql.DB, error) {
-	var connector driver.Connector
+// openMySQL opens a pool on cfg.
+func (e *env) openMySQL(cfg *mysql.Config) (*sql.DB, error) {
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if oneText {
-		connector = sqlinbox.MySQLConnector(connector)
-	}
-	db := sql.OpenDB(connector)
-	db.SetMaxOpenConns(slices.Max(e.opts.workers) + 2)
-	db.SetMaxIdleConns(slices.Max(e.opts.workers) + 2)
-	return db, nil
+	return e.sized(sql.OpenDB(connector)), nil
 }
 
-// mysqlPools are two pools on one MariaDB/MySQL address: one on the driver's connector,
-// one on sqlinbox.MySQLConnector.
-type mysqlPools struct{ plain, oneText *sql.DB }
+// sized gives db a connection for every worker and two more.
+func (e *env) sized(db *sql.DB) *sql.DB {
+	db.SetMaxOpenConns(slices.Max(e.opts.workers) + 2)
+	db.SetMaxIdleConns(slices.Max(e.opts.workers) + 2)
+	return db
+}
+
+// mysqlAddr is where MariaDB/MySQL is reached: a pool on it for the statement-at-a-time
+// variants, and the driver's connector for sqlinbox.NewMultiStatement's.
+type mysqlAddr struct {
+	plain     *sql.DB
+	connector driver.Connector
+}
 
 // mysqlAt returns MariaDB/MySQL reached straight (delay 0) or through a delay proxy.
-func (e *env) mysqlAt(ctx context.Context, delay time.Duration) (mysqlPools, error) {
-	open := func(cfg *mysql.Config) (mysqlPools, func(), error) {
-		plain, err := e.openMySQL(cfg, false)
-		if err != nil {
-			return mysqlPools{}, nil, err
-		}
-		oneText, err := e.openMySQL(cfg, true)
-		if err != nil {
-			plain.Close()
-			return mysqlPools{}, nil, err
-		}
-		return mysqlPools{plain, oneText}, func() { plain.Close(); oneText.Close() }, nil
-	}
+func (e *env) mysqlAt(ctx context.Context, delay time.Duration) (mysqlAddr, error) {
 	if delay == 0 {
-		oneText, err := e.openMySQL(e.mysqlCfg, true)
-		if err != nil {
-			return mysqlPools{}, err
-		}
-		e.onClose(func() { oneText.Close() })
-		return mysqlPools{e.mysql, oneText}, nil
+		connector, err := mysql.NewConnector(e.mysqlCfg)
+		return mysqlAddr{e.mysql, connector}, err
 	}
-	return viaDelayProxy(e, e.mysqlCfg.Addr, delay, func(addr string) (mysqlPools, func(), func() (time.Duration, error), error) {
+	return viaDelayProxy(e, e.mysqlCfg.Addr, delay, func(addr string) (mysqlAddr, func(), func() (time.Duration, error), error) {
 		cfg := e.mysqlCfg.Clone()
 		cfg.Addr = addr
-		pools, closePools, err := open(cfg)
+		plain, err := e.openMySQL(cfg)
 		if err != nil {
-			return mysqlPools{}, nil, nil, err
+			return mysqlAddr{}, nil, nil, err
 		}
-		return pools, closePools, func() (time.Duration, error) { return sqlRTT(ctx, pools.plain) }, nil
+		connector, err := mysql.NewConnector(cfg)
+		if err != nil {
+			plain.Close()
+			return mysqlAddr{}, nil, nil, err
+		}
+		return mysqlAddr{plain, connector}, func() { plain.Close() }, func() (time.Duration, error) { return sqlRTT(ctx, plain) }, nil
 	})
 }
 

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -67,11 +68,10 @@ var backends = map[string]newBackend{
 	"pgx/postgres":          pgxBackend,
 	"database-sql/postgres": stdlibPostgresBackend,
 	"database-sql/mariadb":  mysqlBackend,
-	// Config.MultiStatements on a pool opened on sqlinbox.MySQLConnector: a write-behind
-	// message is one text of several statements; claim-first begins in the claim's text and
-	// commits in the queued statements' text.
+	// sqlinbox.NewMultiStatement: a write-behind message is one multi-statement request;
+	// claim-first begins in the claim's request and commits in the queued statements'.
 	"database-sql/mariadb/multi-statements": func(t *testing.T) *backend {
-		return mysqlBackendWith(t, "multiStatements=true", func(c *sqlinbox.Config) { c.MultiStatements = true })
+		return mysqlBackendWith(t, "multiStatements=true", true)
 	},
 	"database-sql/sqlite": sqliteBackend,
 }
@@ -137,7 +137,7 @@ func stdlibPostgresBackendAt(t *testing.T, storeURL string) *backend {
 	direct := openSQL(t, "pgx", directURL)
 	proxied := openSQL(t, "pgx", withHost(t, storeURL, proxy.Addr()))
 
-	b := sqlBackend(t, proxied, direct, sqlinbox.Postgres(), nil)
+	b := sqlBackend(t, plainStores(proxied, sqlinbox.Postgres()), direct, sqlinbox.Postgres())
 	b.driver, b.dsn = "pgx", directURL
 	b.retentionSQL = postgresRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
@@ -150,11 +150,11 @@ func stdlibPostgresBackendAt(t *testing.T, storeURL string) *backend {
 	return b
 }
 
-func mysqlBackend(t *testing.T) *backend { return mysqlBackendWith(t, "", nil) }
+func mysqlBackend(t *testing.T) *backend { return mysqlBackendWith(t, "", false) }
 
-// mysqlBackendWith adds params, if any, to the DSN's parameters; configure, if set, changes
-// the store's config.
-func mysqlBackendWith(t *testing.T, params string, configure func(*sqlinbox.Config)) *backend {
+// mysqlBackendWith adds params, if any, to the DSN's parameters; multiStatement makes its
+// stores with sqlinbox.NewMultiStatement.
+func mysqlBackendWith(t *testing.T, params string, multiStatement bool) *backend {
 	ctx := context.Background()
 	dsn := testenv.MySQLDSN(t)
 	if params != "" {
@@ -170,17 +170,13 @@ func mysqlBackendWith(t *testing.T, params string, configure func(*sqlinbox.Conf
 	}
 	proxy := startProxy(t, dsn[start+4:end])
 	direct := openSQL(t, "mysql", dsn)
-	var wanted sqlinbox.Config
-	if configure != nil {
-		configure(&wanted)
-	}
 	proxiedDSN := dsn[:start+4] + proxy.Addr() + dsn[end:]
-	proxied := openSQL(t, "mysql", proxiedDSN)
-	if wanted.MultiStatements {
-		proxied = openMySQLConnector(t, proxiedDSN)
+	newStore := plainStores(openSQL(t, "mysql", proxiedDSN), sqlinbox.MySQL())
+	if multiStatement {
+		newStore = multiStatementStores(t, proxiedDSN)
 	}
 
-	b := sqlBackend(t, proxied, direct, sqlinbox.MySQL(), configure)
+	b := sqlBackend(t, newStore, direct, sqlinbox.MySQL())
 	b.driver, b.dsn = "mysql", dsn
 	b.retentionSQL = mysqlRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
@@ -190,7 +186,7 @@ func mysqlBackendWith(t *testing.T, params string, configure func(*sqlinbox.Conf
 		s := err.Error()
 		return strings.Contains(s, "Error 1213") || strings.Contains(s, "Error 1205")
 	}
-	if err := b.store.(*sqlinbox.SQLStore).InitializeSchema(ctx); err != nil {
+	if err := b.store.(schemaStore).InitializeSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b.commitFaults = map[string]func(ctx context.Context) error{
@@ -213,7 +209,7 @@ func sqliteBackend(t *testing.T) *backend {
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)"
 	db := openSQL(t, "sqlite", dsn)
 
-	b := sqlBackend(t, db, db, sqlinbox.SQLite(), nil)
+	b := sqlBackend(t, plainStores(db, sqlinbox.SQLite()), db, sqlinbox.SQLite())
 	b.driver, b.dsn = "sqlite", dsn
 	b.retentionSQL = sqliteRetentionSQL
 	// SQLite has no server to lose: its outage is another writer holding the lock.
@@ -251,16 +247,38 @@ func sqliteBackend(t *testing.T) *backend {
 	return b
 }
 
-// sqlBackend is what the three database/sql backends share.
-// sqlBackend builds a database/sql backend; configure, if set, changes every store's config.
-func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect, configure func(*sqlinbox.Config)) *backend {
-	if configure == nil {
-		configure = func(*sqlinbox.Config) {}
+// storeMaker builds a store on a backend's database, on config's table.
+type storeMaker func(config sqlinbox.Config) (inbox.Store, error)
+
+// schemaStore is a store that creates its table.
+type schemaStore interface {
+	InitializeSchema(ctx context.Context) error
+}
+
+// plainStores makes stores with sqlinbox.New on db.
+func plainStores(db *sql.DB, dialect sqlinbox.Dialect) storeMaker {
+	return func(config sqlinbox.Config) (inbox.Store, error) { return sqlinbox.New(db, dialect, config) }
+}
+
+// multiStatementStores makes stores with sqlinbox.NewMultiStatement, each on a pool of its
+// own to dsn, closed when the test ends.
+func multiStatementStores(t *testing.T, dsn string) storeMaker {
+	connector := mysqlConnector(t, dsn)
+	return func(config sqlinbox.Config) (inbox.Store, error) {
+		store, db, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL(), config)
+		if err != nil {
+			return nil, err
+		}
+		db.SetMaxOpenConns(16)
+		t.Cleanup(func() { db.Close() })
+		return store, nil
 	}
+}
+
+// sqlBackend builds a database/sql backend whose stores newStore makes.
+func sqlBackend(t *testing.T, newStore storeMaker, direct *sql.DB, dialect sqlinbox.Dialect) *backend {
 	table := testenv.Name("inbox")
-	config := sqlinbox.Config{Table: table}
-	configure(&config)
-	store, err := sqlinbox.New(storeDB, dialect, config)
+	store, err := newStore(sqlinbox.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,10 +297,7 @@ func sqlBackend(t *testing.T, storeDB, direct *sql.DB, dialect sqlinbox.Dialect,
 			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 			return sqlRunner{tx, dollar}, ok
 		},
-		newStore: func(config sqlinbox.Config) (inbox.Store, error) {
-			configure(&config)
-			return sqlinbox.New(storeDB, dialect, config)
-		},
+		newStore: newStore,
 	}
 }
 
@@ -408,9 +423,8 @@ func openSQL(t *testing.T, driver, dsn string) *sql.DB {
 	return db
 }
 
-// openMySQLConnector is openSQL for MySQL through sqlinbox.MySQLConnector, as a store with
-// Config.MultiStatements wants its pool.
-func openMySQLConnector(t *testing.T, dsn string) *sql.DB {
+// mysqlConnector is go-sql-driver/mysql's connector to dsn.
+func mysqlConnector(t *testing.T, dsn string) driver.Connector {
 	t.Helper()
 	config, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -420,11 +434,7 @@ func openMySQLConnector(t *testing.T, dsn string) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(sqlinbox.MySQLConnector(connector))
-	db.SetMaxOpenConns(16)
-	db.SetConnMaxIdleTime(time.Minute)
-	t.Cleanup(func() { db.Close() })
-	return db
+	return connector
 }
 
 func hostOf(t *testing.T, rawURL string) string {

@@ -64,9 +64,9 @@ func TestConfigBeginBadInput(t *testing.T) {
 	b := backends["database-sql/postgres"](t)
 	db := b.direct.(sqlRunner).q.(*sql.DB)
 
-	if _, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{Begin: beginApp(db), MultiStatements: true}); err == nil ||
+	if _, _, err := sqlinbox.NewMultiStatement(mysqlConnector(t, testenv.MySQLDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{Begin: beginApp(db)}); err == nil ||
 		!strings.Contains(err.Error(), "Config.Begin") {
-		t.Errorf("Begin with MultiStatements: err = %v, want an error naming Config.Begin", err)
+		t.Errorf("NewMultiStatement with Begin: err = %v, want an error naming Config.Begin", err)
 	}
 	if _, err := sqlinbox.NewPgx(openPgxPool(t, testenv.PostgresURL(t)), sqlinbox.Config{Begin: beginApp(db)}); err == nil ||
 		!strings.Contains(err.Error(), "Config.Begin") {

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -98,11 +97,11 @@ func TestChaosExactlyOneInvoicePerOrder(t *testing.T) {
 		{"pgx/postgres/write-behind", max(orders/2, 100), chaosPgxWriteBehind},
 		{"database-sql/postgres", orders, chaosStdlibPostgres},
 		{"database-sql/mariadb", max(orders/4, 100), chaosMariaDB},
-		// The handler queues its invoice; claim, invoice and COMMIT travel in one text.
+		// The handler queues its invoice; claim, invoice and COMMIT travel in one request.
 		{"database-sql/mariadb/write-behind", max(orders/4, 100), chaosMariaDBWriteBehind},
-		// Claim-first with MultiStatements on sqlinbox.MySQLConnector: START TRANSACTION and
-		// the claim travel as one text, the handler's INSERT alone, COMMIT alone; with the
-		// invoice queued, the INSERT and COMMIT as a second text.
+		// Claim-first on sqlinbox.NewMultiStatement's store: START TRANSACTION and
+		// the claim travel as one request, the handler's INSERT alone, COMMIT alone; with the
+		// invoice queued, the INSERT and COMMIT as a second request.
 		{"database-sql/mariadb/multi-statements", max(orders/4, 100), chaosMariaDBMultiStatements},
 		{"database-sql/mariadb/multi-statements/queued", max(orders/4, 100), chaosMariaDBMultiStatementsQueued},
 	} {
@@ -225,8 +224,8 @@ func chaosPostgresAt(t *testing.T, b *backend, storeURL string) (*chaosDB, strin
 // and then (MariaDB's sessions cannot be told apart by name from the test's own).
 func chaosMariaDB(t *testing.T) *chaosDB { return chaosMariaDBWith(t, false) }
 
-// chaosMariaDBWriteBehind sends each message as one text of several statements
-// (Config.MultiStatements).
+// chaosMariaDBWriteBehind sends each message as one multi-statement request
+// (sqlinbox.NewMultiStatement).
 func chaosMariaDBWriteBehind(t *testing.T) *chaosDB {
 	db := chaosMariaDBWith(t, true)
 	db.writeBehind = true
@@ -241,8 +240,8 @@ func chaosMariaDBMultiStatementsQueued(t *testing.T) *chaosDB {
 	return db
 }
 
-// chaosMariaDBWith opens each router's pool on sqlinbox.MySQLConnector when multiStatements
-// is set, as Config.MultiStatements wants it.
+// chaosMariaDBWith makes each router's store with sqlinbox.NewMultiStatement when
+// multiStatements is set, with sqlinbox.New otherwise.
 func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 	b := mysqlBackend(t)
 	dsn := testenv.MySQLDSN(t)
@@ -262,18 +261,24 @@ func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 		b:     b,
 		proxy: proxy,
 		newStore: func(t *testing.T) inbox.Store {
-			var connector driver.Connector
 			connector, err := mysql.NewConnector(proxied)
 			if err != nil {
 				t.Fatal(err)
 			}
+			config := sqlinbox.Config{Table: b.table}
 			if multiStatements {
-				connector = sqlinbox.MySQLConnector(connector)
+				store, db, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL(), config)
+				if err != nil {
+					t.Fatal(err)
+				}
+				db.SetMaxOpenConns(chaosPoolSize)
+				t.Cleanup(func() { db.Close() })
+				return store
 			}
 			db := sql.OpenDB(connector)
 			db.SetMaxOpenConns(chaosPoolSize)
 			t.Cleanup(func() { db.Close() })
-			store, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{Table: b.table, MultiStatements: multiStatements})
+			store, err := sqlinbox.New(db, sqlinbox.MySQL(), config)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,12 +14,12 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// The regression test of texts of several statements on Galera: 2,000 orders, one copy each,
+// The regression test of multi-statement requests on Galera: 2,000 orders, one copy each,
 // spread over stores on the 3 nodes, every handler adding 1 to one hot counter row besides
 // its invoice, so that nearly every transaction conflicts with another node's write-set. A
-// node that aborts a transaction partway through a text runs the rest of the text in
+// node that aborts a transaction partway through a request runs the rest of the request in
 // autocommit: the library used to ack messages with no claim and no invoice, and to commit
-// invoices twice. In every mode that sends texts the run must end one of two ways: refused
+// invoices twice. In every mode of a MultiStatementStore the run must end one of two ways: refused
 // loudly at the first claim, with nothing written by any of the 2,000, or exactly once (one
 // claim and one invoice per order, the counter at 2,000).
 func TestGaleraMultiStatementsHotRowIsRefusedOrExactlyOnce(t *testing.T) {
@@ -36,13 +36,13 @@ func TestGaleraMultiStatementsHotRowIsRefusedOrExactlyOnce(t *testing.T) {
 			keys, copies, _ := newOrders(orders, 1)
 
 			err := deliver(context.Background(), handlers[0], keys[0])
-			if errors.Is(err, sqlinbox.ErrMultiStatementsRefused) {
+			if errors.Is(err, sqlinbox.ErrMultiStatementRefused) {
 				checkRefusal(t, err, m.refusal)
 				refused := 1
 				for i, key := range keys[1:] {
 					err := deliver(context.Background(), handlers[i%len(handlers)], key)
-					if !errors.Is(err, sqlinbox.ErrMultiStatementsRefused) {
-						t.Fatalf("order %d of %d: %v, want ErrMultiStatementsRefused", i+2, orders, err)
+					if !errors.Is(err, sqlinbox.ErrMultiStatementRefused) {
+						t.Fatalf("order %d of %d: %v, want ErrMultiStatementRefused", i+2, orders, err)
 					}
 					refused++
 				}
@@ -77,15 +77,15 @@ func galeraRetriable(err error) bool {
 	return n == errDeadlock || n == errLockWaitTimeout
 }
 
-// checkRefusal fails t unless err refuses Config.MultiStatements saying which mode, why and
+// checkRefusal fails t unless err refuses a MultiStatementStore saying which mode, why and
 // what to use instead.
 func checkRefusal(t *testing.T, err error, mode string) {
 	t.Helper()
 	for _, want := range []string{
 		mode,
 		"wsrep_on = ON",
-		"another node's write-set aborts runs the rest of its text in autocommit",
-		"leave Config.MultiStatements false",
+		"another node's write-set aborts runs the rest of its request in autocommit",
+		"make the store with sqlinbox.New",
 		"the default claim-first mode is exactly once on Galera",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -94,12 +94,10 @@ func checkRefusal(t *testing.T, err error, mode string) {
 	}
 }
 
-// Bad input: a store with Config.MultiStatements on a Galera node, in each mode that sends
-// texts, fails every message with ErrMultiStatementsRefused, naming the mode and the
-// alternative; the handler does not run behind the refused claim, nothing is written, and the
-// refusal is logged once per store, not per message. It is never a silent fallback to a
-// statement at a time. A store with the option on a pool not opened on MySQLConnector sends no
-// text in the claim-first mode, so that mode works there.
+// Bad input: a MultiStatementStore on a Galera node, in each of its modes, fails every
+// message with ErrMultiStatementRefused, naming the mode and the alternative; the handler does
+// not run behind the refused claim, nothing is written, and the refusal is logged once per
+// store, not per message. It is never a silent fallback to a statement at a time.
 func TestGaleraRefusesMultiStatements(t *testing.T) {
 	for _, m := range galeraMultiStatementModes {
 		t.Run(m.name, func(t *testing.T) {
@@ -109,8 +107,8 @@ func TestGaleraRefusesMultiStatements(t *testing.T) {
 			h := c.handler(t, c.store(t, 1, m.galeraMode, logger), m.galeraMode, false, run)
 			for i := range 3 {
 				err := deliver(context.Background(), h, watermill.NewUUID())
-				if !errors.Is(err, sqlinbox.ErrMultiStatementsRefused) {
-					t.Fatalf("delivery %d: %v, want ErrMultiStatementsRefused", i+1, err)
+				if !errors.Is(err, sqlinbox.ErrMultiStatementRefused) {
+					t.Fatalf("delivery %d: %v, want ErrMultiStatementRefused", i+1, err)
 				}
 				checkRefusal(t, err, m.refusal)
 			}
@@ -124,15 +122,4 @@ func TestGaleraRefusesMultiStatements(t *testing.T) {
 			}
 		})
 	}
-	t.Run("claim-first/multi-statements-without-connector", func(t *testing.T) {
-		c := newGaleraTables(t)
-		m := galeraMode{multiStatements: true}
-		run := &trafficRun{}
-		h := c.handler(t, c.store(t, 1, m, nil), m, false, run)
-		key := watermill.NewUUID()
-		if err := deliver(context.Background(), h, key); err != nil {
-			t.Fatal(err)
-		}
-		c.checkExactlyOnce(t, run, 1)
-	})
 }

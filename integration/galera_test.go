@@ -28,9 +28,9 @@ type galeraMode struct {
 	// writeBehind runs the handler before the claim; queue makes a claim-first handler queue
 	// its writes (inbox.Queue) instead of writing through the *sql.Tx.
 	writeBehind, queue bool
-	// multiStatements sets sqlinbox.Config.MultiStatements (and the DSN's multiStatements);
-	// connector opens the pool on sqlinbox.MySQLConnector.
-	multiStatements, connector bool
+	// multiStatement makes the store with sqlinbox.NewMultiStatement (and the DSN's
+	// multiStatements).
+	multiStatement bool
 }
 
 // galeraModes are the modes the library allows on a Galera node: each sends one statement
@@ -41,18 +41,18 @@ var galeraModes = []galeraMode{
 	{name: "write-behind", writeBehind: true},
 }
 
-// galeraMultiStatementModes are the modes that send texts of several statements, which a
-// Galera node refuses, with the name the refusal gives each.
+// galeraMultiStatementModes are the modes of a MultiStatementStore, which a Galera node
+// refuses, with the name the refusal gives each.
 var galeraMultiStatementModes = []struct {
 	galeraMode
 	refusal string
 }{
-	{galeraMode{name: "write-behind/multi-statements", writeBehind: true, multiStatements: true},
-		"write-behind mode with Config.MultiStatements"},
-	{galeraMode{name: "claim-first/multi-statements-connector", multiStatements: true, connector: true},
-		"the claim-first mode with Config.MultiStatements on MySQLConnector"},
-	{galeraMode{name: "claim-first/multi-statements-connector/queued", multiStatements: true, connector: true, queue: true},
-		"the claim-first mode with Config.MultiStatements on MySQLConnector"},
+	{galeraMode{name: "write-behind/multi-statement", writeBehind: true, multiStatement: true},
+		"write-behind mode on a MultiStatementStore"},
+	{galeraMode{name: "claim-first/multi-statement", multiStatement: true},
+		"the claim-first mode on a MultiStatementStore"},
+	{galeraMode{name: "claim-first/multi-statement/queued", multiStatement: true, queue: true},
+		"the claim-first mode on a MultiStatementStore"},
 }
 
 // galeraTables is one test's inbox table, invoice table and counter row on the cluster.
@@ -103,28 +103,36 @@ func newGaleraTables(t *testing.T) *galeraTables {
 }
 
 // store returns a store of the inbox table on node (0-based) in mode m, on a pool of its own.
-func (c *galeraTables) store(t *testing.T, node int, m galeraMode, logger watermill.LoggerAdapter) *sqlinbox.SQLStore {
+func (c *galeraTables) store(t *testing.T, node int, m galeraMode, logger watermill.LoggerAdapter) galeraStore {
 	t.Helper()
 	params := "parseTime=true&interpolateParams=true"
-	if m.multiStatements {
-		params += "&multiStatements=true"
+	config := sqlinbox.Config{Table: c.table, Logger: logger}
+	if !m.multiStatement {
+		store, err := sqlinbox.New(openSQL(t, "mysql", c.g.Nodes[node].DSN(params)), sqlinbox.MySQL(), config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store
 	}
-	dsn := c.g.Nodes[node].DSN(params)
-	db := openSQL(t, "mysql", dsn)
-	if m.connector {
-		db = openMySQLConnector(t, dsn)
-	}
-	store, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{Table: c.table, MultiStatements: m.multiStatements, Logger: logger})
+	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, c.g.Nodes[node].DSN(params+"&multiStatements=true")), sqlinbox.MySQL(), config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	db.SetMaxOpenConns(16)
+	t.Cleanup(func() { db.Close() })
 	return store
+}
+
+// galeraStore is a SQLStore or a MultiStatementStore.
+type galeraStore interface {
+	inbox.Store
+	InitializeSchema(ctx context.Context) error
 }
 
 // handler returns the inbox-wrapped billing handler of store in mode m: it writes one invoice
 // and, with hot, adds 1 to the counter row that every message updates. Each ack is checked: the
 // order's claim and one invoice must be committed, seen from node 1.
-func (c *galeraTables) handler(t *testing.T, store *sqlinbox.SQLStore, m galeraMode, hot bool, run *trafficRun) message.HandlerFunc {
+func (c *galeraTables) handler(t *testing.T, store galeraStore, m galeraMode, hot bool, run *trafficRun) message.HandlerFunc {
 	t.Helper()
 	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: m.writeBehind}, nil)
 	if err != nil {

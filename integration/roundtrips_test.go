@@ -175,13 +175,12 @@ func namesStatements(mode pgx.QueryExecMode) bool {
 	return mode == pgx.QueryExecModeCacheStatement || mode == pgx.QueryExecModeCacheDescribe
 }
 
-// With Config.MultiStatements a write-behind message on MariaDB is one text of several
-// statements: one round trip, where the claim-first path sends BEGIN, the claim, the
-// handler's INSERT and COMMIT. A duplicate sends the text, then ROLLBACK and the read of
-// the record in a second text. On a *sql.DB opened on sqlinbox.MySQLConnector the
-// claim-first mode sends START TRANSACTION with the claim, and the queued statements and
-// the record with COMMIT: 3 round trips with the handler's own statement, 2 with it queued,
-// 2 for a duplicate. Without MultiStatements the connector changes nothing.
+// On a MultiStatementStore a write-behind message on MariaDB is one multi-statement request:
+// one round trip, where a store made by New sends BEGIN, the claim, the handler's INSERT and
+// COMMIT. A duplicate sends the request, then ROLLBACK and the read of the record in a second
+// one. Its claim-first mode sends START TRANSACTION with the claim, and the queued statements
+// and the record with COMMIT: 3 round trips with the handler's own statement, 2 with it
+// queued, 2 for a duplicate. A store made by New sends 4 in every mode.
 func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 	b := mysqlBackend(t)
 	config, err := mysql.ParseDSN(testenv.MySQLDSN(t))
@@ -198,7 +197,7 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(sqlinbox.MySQLConnector(connector))
+	db := sql.OpenDB(connector)
 	t.Cleanup(func() { db.Close() })
 
 	ctx := context.Background()
@@ -209,8 +208,19 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 	}
 	warmUps := 0
 	handler := func(m mode) message.HandlerFunc {
-		store, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{Table: b.table, MultiStatements: m.multi, LockTimeout: m.lockTimeout})
-		if err != nil {
+		config := sqlinbox.Config{Table: b.table, LockTimeout: m.lockTimeout}
+		var store interface {
+			inbox.Store
+			CheckTable(ctx context.Context) error
+		}
+		if m.multi {
+			multi, multiDB, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL(), config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { multiDB.Close() })
+			store = multi
+		} else if store, err = sqlinbox.New(db, sqlinbox.MySQL(), config); err != nil {
 			t.Fatal(err)
 		}
 		// The store's one table check, before counting: it is not a per-message cost.
@@ -233,8 +243,8 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 			return nil, err
 		})
 		if m.multi {
-			// Nor is its one question whether the server runs texts (wsrep_on), asked by the
-			// first message that needs a text; the first one also opens the pool's connection.
+			// Nor is its one question whether the server runs multi-statement requests safely
+			// (wsrep_on), asked by its first message, which also opens its pool's connection.
 			if err := deliver(ctx, h, watermill.NewUUID()); err != nil {
 				t.Fatal(err)
 			}
@@ -269,13 +279,13 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 	}{
 		{"write-behind first delivery", writeBehind, firsts, 1},
 		{"write-behind duplicate", writeBehind, firsts, 2},
-		{"write-behind first delivery without MultiStatements", handler(mode{writeBehind: true}), newKeys(), 4},
+		{"write-behind first delivery on a store made by New", handler(mode{writeBehind: true}), newKeys(), 4},
 		{"claim-first, handler uses the transaction", claimFirst, claimFirstKeys, 3},
 		{"claim-first duplicate", claimFirst, claimFirstKeys, 2},
 		{"claim-first, handler queues its write", handler(mode{multi: true, queue: true}), newKeys(), 2},
-		{"claim-first with LockTimeout (it travels in the claim's text)", handler(mode{multi: true, lockTimeout: time.Second}), newKeys(), 3},
-		{"claim-first without MultiStatements", handler(mode{}), newKeys(), 4},
-		{"claim-first without MultiStatements, handler queues its write", handler(mode{queue: true}), newKeys(), 4},
+		{"claim-first with LockTimeout (it travels in the claim's request)", handler(mode{multi: true, lockTimeout: time.Second}), newKeys(), 3},
+		{"claim-first on a store made by New", handler(mode{}), newKeys(), 4},
+		{"claim-first on a store made by New, handler queues its write", handler(mode{queue: true}), newKeys(), 4},
 	} {
 		if got := perMessage(tc.h, tc.keys); got != tc.want {
 			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)

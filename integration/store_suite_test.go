@@ -22,7 +22,7 @@ func suiteStores() map[string]newBackend {
 	// clientFoundRows=true makes MySQL count a row that an upsert found but did not change
 	// as affected: a claim that read the affected-row count took a duplicate for a new one.
 	stores["database-sql/mariadb-clientFoundRows"] = func(t *testing.T) *backend {
-		return mysqlBackendWith(t, "clientFoundRows=true", nil)
+		return mysqlBackendWith(t, "clientFoundRows=true", false)
 	}
 	return stores
 }
@@ -38,7 +38,7 @@ func TestStoreConformanceWriteBehind(t *testing.T) {
 }
 
 // The suite again with the handlers queueing their writes in the claim-first mode: the
-// statements travel with COMMIT (one batch on pgx, one text on MariaDB with MultiStatements).
+// statements travel with COMMIT (one batch on pgx, one multi-statement request on MariaDB's MultiStatementStore).
 func TestStoreConformanceQueued(t *testing.T) {
 	runSuite(t, inboxtest.Options{Queue: true})
 }

@@ -144,19 +144,24 @@ func waitForLockWaiter(t *testing.T, direct runner, table string, delivered <-ch
 	}
 }
 
-// Config.MultiStatements on a DSN without multiStatements=true: every write-behind message
-// fails with an error that names the DSN settings, and nothing commits.
-func TestMultiStatementsWithoutTheDriverSettingIsAnError(t *testing.T) {
+// A MultiStatementStore on a connector without multiStatements=true: every message fails
+// with an error that names the DSN settings, in both modes, and nothing commits.
+func TestMultiStatementStoreWithoutTheDriverSettingIsAnError(t *testing.T) {
 	b := mysqlBackend(t) // its DSN does not set multiStatements
-	store, err := b.newStore(sqlinbox.Config{Table: b.table, MultiStatements: true})
+	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, testenv.MySQLDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{Table: b.table})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() })
 	b.store = store
-	h := b.writeBehindHandler(t, "billing", ownKey)
-	err = deliver(context.Background(), h, watermill.NewUUID())
-	if err == nil || !strings.Contains(err.Error(), "multiStatements=true") {
-		t.Fatalf("err = %v, want one naming multiStatements=true", err)
+	for name, h := range map[string]message.HandlerFunc{
+		"write-behind": b.writeBehindHandler(t, "billing", ownKey),
+		"claim-first":  b.handler(t, "billing", nil, nil),
+	} {
+		err = deliver(context.Background(), h, watermill.NewUUID())
+		if err == nil || !strings.Contains(err.Error(), "multiStatements=true") {
+			t.Errorf("%s: err = %v, want one naming multiStatements=true", name, err)
+		}
 	}
 	wantRows(t, "claims", b.rows(t, b.table, ""), 0)
 	wantRows(t, "business rows", b.rows(t, b.business, ""), 0)

@@ -1,7 +1,6 @@
 package sqlinbox
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -33,37 +32,16 @@ type Config struct {
 	// and one statement with database/sql.
 	LockTimeout time.Duration
 
-	// MultiStatements makes a store made by New send a message in write-behind mode
-	// (inbox.Config.WriteBehind) as one text of several statements: BEGIN, the claim, the
-	// handler's queued statements, the record of produced messages and COMMIT in one round
-	// trip instead of one each. The dialect must have a Batch (MySQL has), and the driver
-	// must run several statements in one call with the parameters written into the text:
-	// with go-sql-driver/mysql, multiStatements=true and interpolateParams=true in the DSN.
-	// Without them every such message fails with an error that says so, and is nacked.
-	// Queued statements must then hold no "?" other than their parameters. On a *sql.DB
-	// opened on MySQLConnector it also shortens the claim-first mode: START TRANSACTION, the
-	// lock timeout and the claim go as one text, and the queued statements, the record and
-	// COMMIT as another (a handler that writes through the *sql.Tx: its statements and
-	// COMMIT, one round trip each); on any other *sql.DB the claim-first mode is unchanged.
-	// NewPgx refuses it: pgx sends a write-behind message in one batch without it.
-	// A Galera or Percona XtraDB Cluster node refuses it too: there a transaction aborted by
-	// another node's write-set runs the rest of a text in autocommit, so before its first
-	// text the store asks the server (wsrep_on) and, on such a node, fails every message
-	// that needs a text with an error wrapping ErrMultiStatementsRefused. Leave it false on
-	// Galera: the default claim-first mode, and write-behind a statement at a time, are
-	// exactly once there (docs/replicated.md).
-	MultiStatements bool
-
 	// Begin, for a store made by New, begins each message's transaction with the
 	// application's data layer instead of db.BeginTx, so that handlers get the data layer's
 	// own transaction type (see Begin and BeginWith: *sqlx.Tx, bun.Tx). Default: db.BeginTx,
-	// and handlers get the *sql.Tx. It cannot be combined with MultiStatements, whose
-	// messages begin in a text of the store's own; NewPgx refuses it (handlers get pgx.Tx).
+	// and handlers get the *sql.Tx. NewMultiStatement refuses it (its messages begin in a
+	// multi-statement request of the store's own), and so does NewPgx (handlers get pgx.Tx).
 	Begin Begin
 
 	// Logger receives, at error level, each check that refuses the inbox table (see
-	// ErrTableMismatch) and the check that refuses MultiStatements on this server (see
-	// ErrMultiStatementsRefused): once per check, not once per message. Default:
+	// ErrTableMismatch) and the check that refuses a MultiStatementStore on this server (see
+	// ErrMultiStatementRefused): once per check, not once per message. Default:
 	// watermill.NopLogger{}.
 	Logger watermill.LoggerAdapter
 }
@@ -77,10 +55,6 @@ func (c *Config) setDefaults() {
 func (c Config) validate() error {
 	if c.LockTimeout < 0 {
 		return fmt.Errorf("sqlinbox: negative LockTimeout %s", c.LockTimeout)
-	}
-	if c.Begin != nil && c.MultiStatements {
-		return errors.New("sqlinbox: Config.Begin and Config.MultiStatements cannot be combined: " +
-			"a multi-statement message begins its transaction in a text of the store's own; leave one of them unset")
 	}
 	return nil
 }

@@ -97,34 +97,36 @@ type Dialect struct {
 	// CleanupLockKey returns the parameter of CleanupTxLock, CleanupLock and CleanupUnlock.
 	CleanupLockKey func(table Table) any
 
-	// Batch, if set, lets a store made by New with Config.MultiStatements send a message in
-	// write-behind mode as one text of several statements.
-	Batch *BatchSQL
+	// MultiStatement, if set, lets NewMultiStatement make a store on this database that
+	// sends a message as multi-statement requests: several statements joined by "; ", sent
+	// as one request.
+	MultiStatement *MultiStatementSQL
 
 	// TableSize returns the ways to measure the bytes the table and its indexes take, for
 	// the CLI's stats; SQLStore.TableSize tries them in order. Nil: not measurable.
 	TableSize func(table Table) []SizeQuery
 }
 
-// BatchSQL says that a database runs a write-behind message sent as one text of several
-// statements joined by "; " (BEGIN; the lock timeout, if set; the claim, Insert; the queued
-// statements; the record of produced messages, if any; COMMIT) in order, stops at the first
-// that fails and leaves the transaction open for the store's ROLLBACK.
+// MultiStatementSQL says that a database runs a multi-statement request (several statements
+// joined by "; " and sent as one request: BEGIN, the lock timeout if set, the claim (Insert),
+// the queued statements, the record of produced messages, COMMIT) in order, stops at the
+// first statement that fails and leaves the transaction open for the store's ROLLBACK.
 //
 // The database's error does not say which statement failed: a duplicate-key error is a
 // duplicate only if Prior, after the ROLLBACK, finds the committed claim. If it was a queued
 // statement that failed, the claim was new when it inserted; a claim that Prior finds was
 // committed since by a copy of the message, so acking it as a duplicate is right.
-type BatchSQL struct {
-	// Probe is a text of two statements with one parameter each, sent with (1, 1) after a
-	// text failed with another error: if it fails too, the driver cannot send such texts,
-	// and the error says which settings it needs.
+type MultiStatementSQL struct {
+	// Probe is a multi-statement request of two statements with one parameter each, sent
+	// with (1, 1) after a request failed with another error: if it fails too, the driver
+	// does not run such requests, and the error says which settings it needs.
 	Probe string
-	// Refuse, if set, is a query a store sends once, before its first text, to learn whether
-	// the server breaks the promise above: rows of a name and a value, and a value ON says
-	// it does. The store then sends no text: every message that needs one fails with an
-	// error wrapping ErrMultiStatementsRefused. No row, or no ON: texts are sent. MySQL's
-	// asks for wsrep_on, ON on a node of a Galera or Percona XtraDB Cluster.
+	// Refuse, if set, is a query a store sends once, before its first multi-statement
+	// request, to learn whether the server breaks the promise above: rows of a name and a
+	// value, and a value ON says it does. The store then sends no such request: every message
+	// fails with an error wrapping ErrMultiStatementRefused. No row, or no ON: the requests
+	// are sent. MySQL's asks for wsrep_on, ON on a node of a Galera or Percona XtraDB
+	// Cluster.
 	Refuse string
 }
 
@@ -168,7 +170,7 @@ func (d Dialect) validate() error {
 		{d.Record == "", "Record"},
 		{d.IsDuplicateKey == nil, "IsDuplicateKey"},
 		{d.TableCheck == nil || d.TableCheck.Describe == nil, "TableCheck.Describe"},
-		{d.Batch != nil && d.Batch.Probe == "", "Batch.Probe"},
+		{d.MultiStatement != nil && d.MultiStatement.Probe == "", "MultiStatement.Probe"},
 	} {
 		if f.missing {
 			return fmt.Errorf("sqlinbox: dialect %q has no %s", d.Name, f.field)

@@ -53,12 +53,13 @@ func MySQL() Dialect {
 		Record:         "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
 		IsDuplicateKey: mysqlDuplicateKey,
 
-		// MySQL stops a text of several statements at the first error, and InnoDB keeps the
-		// transaction open after a duplicate key. Not on a Galera node (MariaDB Galera Cluster,
-		// Percona XtraDB Cluster): when another node's write-set aborts the transaction
-		// partway through a text, the server runs the rest of the text in autocommit, and
-		// may even report success. Plain MySQL has no wsrep_on; plain MariaDB reports OFF.
-		Batch: &BatchSQL{Probe: "DO ?; DO ?", Refuse: "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"},
+		// MySQL stops a multi-statement request at the first error, and InnoDB keeps the
+		// transaction open after a duplicate key. Not on a Galera node (MariaDB Galera
+		// Cluster, Percona XtraDB Cluster): when another node's write-set aborts the
+		// transaction partway through a request, the server runs the rest of it in
+		// autocommit, and may even report success. Plain MySQL has no wsrep_on; plain
+		// MariaDB reports OFF.
+		MultiStatement: &MultiStatementSQL{Probe: "DO ?; DO ?", Refuse: "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"},
 
 		// Whole seconds, at least 1. InnoDB has no per-transaction setting: this one is the
 		// session's, kept by the connection after the transaction, and the same value is set

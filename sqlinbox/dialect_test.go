@@ -3,6 +3,7 @@ package sqlinbox_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"strings"
 	"testing"
@@ -103,23 +104,43 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 		t.Errorf("dialect without Insert: err = %v, want one naming Insert", err)
 	}
 
-	// MultiStatements needs a dialect with a Batch, and a store made by New.
-	multi := sqlinbox.Config{MultiStatements: true}
-	if _, err := sqlinbox.New(new(sql.DB), sqlinbox.SQLite(), multi); err == nil || !strings.Contains(err.Error(), "Batch") {
-		t.Errorf("New(SQLite) with MultiStatements: err = %v, want one naming Batch", err)
+	// NewMultiStatement needs a connector and a dialect with MultiStatement SQL, and takes
+	// no Config.Begin.
+	if _, _, err := sqlinbox.NewMultiStatement(nil, sqlinbox.MySQL(), sqlinbox.Config{}); err == nil {
+		t.Error("NewMultiStatement with a nil connector accepted")
 	}
-	if _, err := sqlinbox.New(new(sql.DB), sqlinbox.MySQL(), multi); err != nil {
-		t.Errorf("New(MySQL) with MultiStatements: %v", err)
+	if _, _, err := sqlinbox.NewMultiStatement(neverConnector{}, sqlinbox.SQLite(), sqlinbox.Config{}); err == nil ||
+		!strings.Contains(err.Error(), "MultiStatement") {
+		t.Errorf("NewMultiStatement(SQLite): err = %v, want one naming MultiStatement", err)
+	}
+	begin := sqlinbox.Config{Begin: func(context.Context, *sql.TxOptions) (any, *sql.Tx, error) { return nil, nil, nil }}
+	if _, _, err := sqlinbox.NewMultiStatement(neverConnector{}, sqlinbox.MySQL(), begin); err == nil ||
+		!strings.Contains(err.Error(), "Config.Begin") {
+		t.Errorf("NewMultiStatement with Config.Begin: err = %v, want one naming Config.Begin", err)
 	}
 	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/never-dialled")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := sqlinbox.NewPgx(pool, multi); err == nil || !strings.Contains(err.Error(), "MultiStatements") {
-		t.Errorf("NewPgx with MultiStatements: err = %v, want one naming MultiStatements", err)
+	if _, err := sqlinbox.NewPgx(pool, begin); err == nil || !strings.Contains(err.Error(), "Config.Begin") {
+		t.Errorf("NewPgx with Config.Begin: err = %v, want one naming Config.Begin", err)
 	}
+	store, db, err := sqlinbox.NewMultiStatement(neverConnector{}, sqlinbox.MySQL(), sqlinbox.Config{})
+	if err != nil || store == nil || db == nil {
+		t.Fatalf("NewMultiStatement(MySQL): %v", err)
+	}
+	defer db.Close()
 }
+
+// neverConnector is a driver.Connector that is never asked for a connection.
+type neverConnector struct{}
+
+func (neverConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("neverConnector: not for connecting")
+}
+
+func (neverConnector) Driver() driver.Driver { return nil }
 
 func TestQuoteTable(t *testing.T) {
 	for _, tt := range []struct {

@@ -11,7 +11,8 @@
 // handler.
 //
 // Two adapters run the SQL: PgxStore for PostgreSQL through pgx v5, and SQLStore for any
-// database/sql driver. A Dialect holds all the SQL of one database, the DDL included:
+// database/sql driver (and MultiStatementStore, a SQLStore on MySQL that sends
+// multi-statement requests). A Dialect holds all the SQL of one database, the DDL included:
 // Postgres, MySQL (MySQL and MariaDB) and SQLite, each in a file of its own. SchemaSQL
 // returns the DDL, and MigrationFiles the same as the files of a migration tool (goose,
 // golang-migrate), for teams that run their own migrations; the library keeps no version
@@ -27,12 +28,11 @@
 //     the Postgres dialect.
 //   - MySQL/MariaDB: github.com/go-sql-driver/mysql with the MySQL dialect. Add
 //     interpolateParams=true to the DSN (one round trip per statement instead of three).
-//     The claim reads no affected-row count, so clientFoundRows does not change it. With
-//     multiStatements=true too and Config.MultiStatements, a message in write-behind mode
-//     is one text of several statements: one round trip. Open the *sql.DB on
-//     MySQLConnector as well, and the claim-first mode sends START TRANSACTION with the
-//     claim and the queued statements with COMMIT: 3 round trips with one statement written
-//     through the *sql.Tx, 2 with it queued.
+//     The claim reads no affected-row count, so clientFoundRows does not change it.
+//     NewMultiStatement, on a connector with multiStatements=true too, makes a store that
+//     sends a message as multi-statement requests: write-behind mode in one round trip, the
+//     claim-first mode in 3 with one statement written through the *sql.Tx, 2 with it
+//     queued (not on a Galera node: ErrMultiStatementRefused).
 //   - SQLite: modernc.org/sqlite or github.com/mattn/go-sqlite3 with the SQLite dialect and a busy timeout
 //     in the DSN, e.g. "file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
 //     so concurrent writers wait for the lock instead of failing.

@@ -59,9 +59,6 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*PgxStore, error) {
 	if pool == nil {
 		return nil, errors.New("sqlinbox: NewPgx: pool is nil")
 	}
-	if config.MultiStatements {
-		return nil, errors.New("sqlinbox: NewPgx: Config.MultiStatements is for stores made by New; pgx sends a write-behind message in one batch without it")
-	}
 	if config.Begin != nil {
 		return nil, errors.New("sqlinbox: NewPgx: Config.Begin is for stores made by New; handlers of a pgx store get the pgx.Tx")
 	}

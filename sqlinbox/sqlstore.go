@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 )
@@ -18,10 +17,6 @@ type SQLStore struct {
 	db    *sql.DB
 	sql   statements
 	begin Begin // Config.Begin, or db.BeginTx
-	// oneText reports Config.MultiStatements on a *sql.DB opened on MySQLConnector: the
-	// claim-first mode then begins with its claim and commits with its queued statements.
-	// Asked at the first claim, not in New, which may be given a *sql.DB not yet usable.
-	oneText func() bool
 }
 
 var _ inbox.Store = (*SQLStore)(nil)
@@ -39,10 +34,7 @@ func New(db *sql.DB, dialect Dialect, config Config) (*SQLStore, error) {
 	if begin == nil {
 		begin = beginStd(db)
 	}
-	multi := sql.batch != nil
-	return &SQLStore{db: db, sql: sql, begin: begin, oneText: sync.OnceValue(func() bool {
-		return multi && usesTextConnector(db.Driver())
-	})}, nil
+	return &SQLStore{db: db, sql: sql, begin: begin}, nil
 }
 
 // InitializeSchema creates the inbox table if it does not exist, then checks it (see
@@ -82,12 +74,6 @@ func (s *SQLStore) createSchema(ctx context.Context) (err error) {
 func (s *SQLStore) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
 	if err := s.guardTable(ctx); err != nil {
 		return nil, nil, err
-	}
-	if s.oneText() {
-		if err := s.refuseTexts(ctx, claimFirstTexts); err != nil {
-			return nil, nil, err
-		}
-		return s.claimInText(ctx, claim)
 	}
 	txCtx, detach := detachedAfterClaim(ctx)
 	handle, tx, err := s.begin(txCtx, nil)
@@ -173,8 +159,8 @@ type sqlTx struct {
 	handle any
 	store  *SQLStore
 	claim  inbox.Claim
-	// conn, set when the store began tx in the claim's text (see claimInText), holds the
-	// connection until the transaction ends, and the commit is one text.
+	// conn, set when a MultiStatementStore began tx in the claim's request, holds the
+	// connection until the transaction ends, and the commit is one request.
 	conn *sql.Conn
 	statementQueue
 }
@@ -184,8 +170,8 @@ var _ inbox.StatementQueuer = (*sqlTx)(nil)
 func (t *sqlTx) Driver() any { return t.handle }
 
 // Commit runs the queued statements and the record of produced messages, then commits.
-// database/sql cannot pipeline them: each is a round trip, unless the store began the
-// transaction in the claim's text (MySQLConnector), which sends them with COMMIT as one.
+// database/sql cannot pipeline them: each is a round trip, unless a MultiStatementStore
+// began the transaction in the claim's request: then they go with COMMIT as one request.
 func (t *sqlTx) Commit(ctx context.Context, produced []byte) error {
 	statements := t.take()
 	if produced != nil {
@@ -193,7 +179,7 @@ func (t *sqlTx) Commit(ctx context.Context, produced []byte) error {
 	}
 	if t.conn != nil {
 		defer t.conn.Close()
-		return t.commitText(ctx, statements)
+		return t.commitInRequest(ctx, statements)
 	}
 	for _, q := range statements {
 		if _, err := t.tx.ExecContext(ctx, q.sql, q.args...); err != nil {

@@ -11,8 +11,7 @@ type statements struct {
 	dialect               Dialect
 	table                 Table
 	insert, prior, record string
-	insertOrSkip          string    // "" where the dialect has none
-	batch                 *BatchSQL // nil unless Config.MultiStatements
+	insertOrSkip          string // "" where the dialect has none
 	// lockTimeout is empty when Config.LockTimeout is 0.
 	lockTimeout     string
 	lockTimeoutArgs []any
@@ -21,9 +20,6 @@ type statements struct {
 	cleanup         cleanupStatements
 	// guard checks the table before the store's first claim; copies of statements share it.
 	guard *tableGuard
-	// texts checks the server before the store's first text of several statements; nil
-	// unless Config.MultiStatements.
-	texts *textGuard
 }
 
 func newStatements(dialect Dialect, config Config) (statements, error) {
@@ -46,13 +42,6 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		schemaLock:   dialect.SchemaLock,
 		cleanup:      newCleanupStatements(dialect, table),
 		guard:        newTableGuard(config.Logger),
-	}
-	if config.MultiStatements {
-		if dialect.Batch == nil {
-			return statements{}, fmt.Errorf("sqlinbox: dialect %q has no Batch: leave Config.MultiStatements false", dialect.Name)
-		}
-		s.batch = dialect.Batch
-		s.texts = newTextGuard(config.Logger)
 	}
 	if config.LockTimeout > 0 {
 		if dialect.LockTimeout == nil {

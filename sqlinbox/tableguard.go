@@ -85,50 +85,6 @@ func (g *tableGuard) checkLocked(ctx context.Context, table Table, check tableCh
 	return err
 }
 
-// textGuard runs a store's check of the server (BatchSQL.Refuse) before its first text of
-// several statements and keeps the verdict for the store's life, as the table guard keeps a
-// pass: a refusal is a mode chosen for the wrong database, which a restart with another
-// Config fixes, not the database. A check that could not run (the database is down) gives
-// no verdict and is repeated by the next message.
-type textGuard struct {
-	decided atomic.Bool // refused is set before decided
-	logger  watermill.LoggerAdapter
-
-	mu      sync.Mutex // one check at a time; held by the messages that wait for it
-	refused error      // the check's ErrMultiStatementsRefused, if any
-}
-
-func newTextGuard(logger watermill.LoggerAdapter) *textGuard {
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
-	return &textGuard{logger: logger}
-}
-
-// before returns nil once the server passed its check, the refusal once it failed it, and
-// runs the check while neither stands.
-func (g *textGuard) before(ctx context.Context, check func(context.Context) error) error {
-	if g.decided.Load() {
-		return g.refused
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.decided.Load() {
-		return g.refused
-	}
-	err := check(ctx)
-	switch {
-	case err == nil:
-		g.decided.Store(true)
-	case errors.Is(err, ErrMultiStatementsRefused):
-		g.refused = err
-		g.decided.Store(true)
-		g.logger.Error("Texts of several statements refused on this server: every message that needs one fails; "+
-			"leave Config.MultiStatements false", err, nil)
-	}
-	return err
-}
-
 // table returns t with the name of its primary key that the last passing check read.
 func (g *tableGuard) table(t Table) Table {
 	if key := g.primaryKey.Load(); key != nil {

@@ -14,16 +14,20 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// A pool opened on sqlinbox.MySQLConnector is an ordinary pool for everything but the
-// store: transactions with options, prepared statements and autocommit statements behave as
-// without it, also on the one connection the store just used, after a claim that failed in
-// its text and after a commit text that failed. A connection the store left in a
+// The pool NewMultiStatement opens is an ordinary pool for everything but the store:
+// transactions with options, prepared statements and autocommit statements behave as on the
+// driver's own, also on the one connection the store just used, after a claim that failed in
+// its request and after a commit request that failed. A connection the store left in a
 // transaction would make the next autocommit INSERT invisible to other sessions (and a later
 // START TRANSACTION commit what it held), which the counts through the direct pool would show.
-func TestMySQLConnectorLeavesOtherWorkAlone(t *testing.T) {
+func TestMultiStatementPoolLeavesOtherWorkAlone(t *testing.T) {
 	b := backends["database-sql/mariadb/multi-statements"](t)
 	ctx := context.Background()
-	db := openMySQLConnector(t, mysqlMultiStatementsDSN(t))
+	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, mysqlMultiStatementsDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{Table: b.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1) // the store's connection and everyone else's are the same one
 	insert := "INSERT INTO " + b.business + " (consumer, msg_key) VALUES (?, ?)"
 	autocommit := func(key string) {
@@ -33,15 +37,11 @@ func TestMySQLConnectorLeavesOtherWorkAlone(t *testing.T) {
 		}
 		wantRows(t, "autocommit row seen by another session", b.invoices(t, "other", key), 1)
 	}
-	handler := func(table string, queued string) message.HandlerFunc {
-		store, err := sqlinbox.New(db, sqlinbox.MySQL(), sqlinbox.Config{Table: table, MultiStatements: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := func(queued string) message.HandlerFunc {
 		return mw(func(msg *message.Message) ([]*message.Message, error) {
 			tx, ok := inbox.TxFromContext[*sql.Tx](msg.Context())
 			if !ok {
@@ -56,23 +56,31 @@ func TestMySQLConnectorLeavesOtherWorkAlone(t *testing.T) {
 		})
 	}
 
-	// A first delivery, then the pool's other work.
-	key := watermill.NewUUID()
-	if err := deliver(ctx, handler(b.table, ""), key); err != nil {
+	// A first delivery (the store's table check passes), then the pool's other work.
+	if err := deliver(ctx, handler(""), watermill.NewUUID()); err != nil {
 		t.Fatal(err)
 	}
 	autocommit(watermill.NewUUID())
 
-	// A claim whose text fails after START TRANSACTION ran: the inbox table does not exist.
-	if err := deliver(ctx, handler("no_such_inbox_"+b.table, ""), watermill.NewUUID()); err == nil {
+	// A claim whose request fails after START TRANSACTION ran: the inbox table is gone.
+	mustExec(t, b.direct, "DROP TABLE "+b.table)
+	if err := deliver(ctx, handler(""), watermill.NewUUID()); err == nil {
 		t.Fatal("a claim into a missing table was acked")
 	}
 	autocommit(watermill.NewUUID())
+	if err := store.InitializeSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
 
-	// A commit text that fails at its queued statement, after the handler's INSERT.
+	key := watermill.NewUUID()
+	if err := deliver(ctx, handler(""), key); err != nil {
+		t.Fatal(err)
+	}
+
+	// A commit request that fails at its queued statement, after the handler's INSERT.
 	failed := watermill.NewUUID()
-	if err := deliver(ctx, handler(b.table, "INSERT INTO "+b.business+" (consumer, msg_key) VALUES (NULL, ?)"), failed); err == nil {
-		t.Fatal("a failed commit text was acked")
+	if err := deliver(ctx, handler("INSERT INTO "+b.business+" (consumer, msg_key) VALUES (NULL, ?)"), failed); err == nil {
+		t.Fatal("a failed commit request was acked")
 	}
 	autocommit(watermill.NewUUID())
 	wantRows(t, "invoices of the failed commit", b.invoices(t, "billing", failed), 0)
@@ -113,7 +121,7 @@ func TestMySQLConnectorLeavesOtherWorkAlone(t *testing.T) {
 	wantRows(t, "row of a prepared statement", b.invoices(t, "other", prepared), 1)
 
 	// The key delivered first is a duplicate now, and the pool still works after it.
-	if err := deliver(ctx, handler(b.table, ""), key); err != nil {
+	if err := deliver(ctx, handler(""), key); err != nil {
 		t.Fatal(err)
 	}
 	wantRows(t, "invoices of the first key, delivered twice", b.invoices(t, "billing", key), 1)

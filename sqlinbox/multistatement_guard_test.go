@@ -10,10 +10,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// The guard of texts of several statements checks the server once, shares one check among
+// The guard of multi-statement requests checks the server once, shares one check among
 // concurrent messages and keeps a pass or a refusal for good; a check that could not run (a
 // node not yet ready, a database down) is no verdict and is repeated by the next message.
-func TestTextGuard(t *testing.T) {
+func TestMultiStatementGuard(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	checks := 0
@@ -28,28 +28,28 @@ func TestTextGuard(t *testing.T) {
 
 	// Not yet ready, then refused: the refusal stands even when the check would pass later.
 	logger := watermill.NewCaptureLogger()
-	g := newTextGuard(logger)
+	g := newMultiStatementGuard(logger)
 	setVerdict(errors.New("Error 1047 (08S01): WSREP has not yet prepared node for application use"))
 	for range 3 {
-		if err := g.before(ctx, check); err == nil || errors.Is(err, ErrMultiStatementsRefused) {
+		if err := g.before(ctx, check); err == nil || errors.Is(err, ErrMultiStatementRefused) {
 			t.Fatalf("err = %v, want the check's own error", err)
 		}
 	}
 	if checks != 3 {
 		t.Fatalf("%d checks after 3 that could not run, want 3", checks)
 	}
-	setVerdict(fmt.Errorf("%w (the server reports wsrep_on = ON)", ErrMultiStatementsRefused))
+	setVerdict(fmt.Errorf("%w (the server reports wsrep_on = ON)", ErrMultiStatementRefused))
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			if err := g.before(ctx, check); !errors.Is(err, ErrMultiStatementsRefused) {
-				t.Errorf("err = %v, want ErrMultiStatementsRefused", err)
+			if err := g.before(ctx, check); !errors.Is(err, ErrMultiStatementRefused) {
+				t.Errorf("err = %v, want ErrMultiStatementRefused", err)
 			}
 		})
 	}
 	wg.Wait()
 	setVerdict(nil)
-	if err := g.before(ctx, check); !errors.Is(err, ErrMultiStatementsRefused) || checks != 4 {
+	if err := g.before(ctx, check); !errors.Is(err, ErrMultiStatementRefused) || checks != 4 {
 		t.Fatalf("after the refusal: err = %v after %d checks, want the refusal after 4", err, checks)
 	}
 	if logged := logger.Captured()[watermill.ErrorLogLevel]; len(logged) != 1 {
@@ -57,14 +57,14 @@ func TestTextGuard(t *testing.T) {
 	}
 
 	// A pass stands too.
-	g = newTextGuard(nil)
+	g = newMultiStatementGuard(nil)
 	checks = 0
 	for range 5 {
 		if err := g.before(ctx, check); err != nil {
 			t.Fatal(err)
 		}
 	}
-	setVerdict(fmt.Errorf("%w (the server reports wsrep_on = ON)", ErrMultiStatementsRefused))
+	setVerdict(fmt.Errorf("%w (the server reports wsrep_on = ON)", ErrMultiStatementRefused))
 	if err := g.before(ctx, check); err != nil || checks != 1 {
 		t.Fatalf("after the pass: err = %v after %d checks, want nil after 1", err, checks)
 	}

@@ -1,0 +1,222 @@
+package sqlinbox
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// multiStatementConnector wraps the driver's connector for NewMultiStatement's pool. Its
+// connections forward every call to the driver's, except that the store can begin a
+// transaction with a multi-statement request of its own and have the next BeginTx adopt it,
+// and end an adopted transaction with a request that ends in COMMIT: database/sql sends a
+// transaction's BEGIN and its COMMIT each on its own, and only a connection the store owns
+// can put them into a request. Transactions that anything else begins on the pool are the
+// driver's own, unchanged.
+type multiStatementConnector struct{ connector driver.Connector }
+
+func (c *multiStatementConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &multiStatementConn{conn: conn}, nil
+}
+
+func (c *multiStatementConnector) Driver() driver.Driver { return c.connector.Driver() }
+
+// Close closes the wrapped connector if it has a Close; sql.DB.Close calls it.
+func (c *multiStatementConnector) Close() error {
+	if closer, ok := c.connector.(io.Closer); ok {
+		return closer.Close()
+	}
+	return nil
+}
+
+// multiStatementConn is one connection of NewMultiStatement's pool. database/sql uses a
+// connection from one goroutine at a time, so its fields need no lock.
+type multiStatementConn struct {
+	conn driver.Conn
+	// begun: the server is in a transaction that beginWith began and the next BeginTx adopts.
+	begun bool
+	// tx is the adopted transaction while it is open.
+	tx *multiStatementTx
+}
+
+// endsInCommit is the argument the store adds to an adopted transaction's last request: the
+// connection sends the request with "; COMMIT" after it, and the transaction's Commit then
+// sends nothing. NamedValueChecker's documentation provides for such arguments (special
+// options to the query); the connection removes it before the driver sees the arguments.
+type endsInCommit struct{}
+
+// errNeedsMultiStatements is what the connection returns when the driver wants to prepare one
+// of the store's requests instead of sending it: several statements cannot be prepared as one.
+var errNeedsMultiStatements = errors.New("sqlinbox: the driver would prepare a multi-statement request; " +
+	"set interpolateParams=true and multiStatements=true in the DSN")
+
+// beginWith sends START TRANSACTION and request as one request and, if it succeeds, makes the
+// next BeginTx adopt the transaction. If it fails, the server may be left in the
+// transaction: the caller ends it on this connection (ROLLBACK) or discards the connection.
+func (c *multiStatementConn) beginWith(ctx context.Context, request string, args []any) error {
+	if c.begun || c.tx != nil {
+		return errors.New("sqlinbox: begin: the connection is in a transaction already")
+	}
+	// The arguments as database/sql would pass them: checked by the driver, else converted
+	// by the default converter.
+	named := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+		err := c.CheckNamedValue(&named[i])
+		if errors.Is(err, driver.ErrSkip) {
+			named[i].Value, err = driver.DefaultParameterConverter.ConvertValue(a)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlinbox: argument %d: %w", i+1, err)
+		}
+	}
+	if _, err := c.execDriver(ctx, "START TRANSACTION; "+request, named); err != nil {
+		if errors.Is(err, driver.ErrSkip) {
+			return errNeedsMultiStatements
+		}
+		return err
+	}
+	c.begun = true
+	return nil
+}
+
+func (c *multiStatementConn) execDriver(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	execer, ok := c.conn.(driver.ExecerContext)
+	if !ok {
+		return nil, driver.ErrSkip
+	}
+	return execer.ExecContext(ctx, query, args)
+}
+
+func (c *multiStatementConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if c.begun {
+		c.begun = false
+		if opts != (driver.TxOptions{}) {
+			// The transaction began with the driver's defaults.
+			return nil, fmt.Errorf("sqlinbox: adopt transaction: options %+v: %w", opts, driver.ErrBadConn)
+		}
+		c.tx = &multiStatementTx{c: c}
+		return c.tx, nil
+	}
+	if b, ok := c.conn.(driver.ConnBeginTx); ok {
+		return b.BeginTx(ctx, opts)
+	}
+	return c.conn.Begin() //nolint:staticcheck // a driver without BeginTx
+}
+
+// Begin implements driver.Conn; database/sql calls BeginTx.
+func (c *multiStatementConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *multiStatementConn) Prepare(query string) (driver.Stmt, error) { return c.conn.Prepare(query) }
+
+func (c *multiStatementConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if p, ok := c.conn.(driver.ConnPrepareContext); ok {
+		return p.PrepareContext(ctx, query)
+	}
+	return c.conn.Prepare(query)
+}
+
+func (c *multiStatementConn) Close() error { return c.conn.Close() }
+
+// ExecContext forwards every statement to the driver as it is, but the store's commit
+// request, which carries endsInCommit as its last argument.
+func (c *multiStatementConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if len(args) == 0 {
+		return c.execDriver(ctx, query, args)
+	}
+	if _, commit := args[len(args)-1].Value.(endsInCommit); !commit {
+		return c.execDriver(ctx, query, args)
+	}
+	if c.tx == nil || c.tx.committed {
+		return nil, errors.New("sqlinbox: commit request outside a transaction the store began")
+	}
+	result, err := c.execDriver(ctx, query+"; COMMIT", args[:len(args)-1])
+	if errors.Is(err, driver.ErrSkip) {
+		return nil, errNeedsMultiStatements
+	}
+	if err == nil {
+		c.tx.committed = true
+	}
+	return result, err
+}
+
+func (c *multiStatementConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if q, ok := c.conn.(driver.QueryerContext); ok {
+		return q.QueryContext(ctx, query, args)
+	}
+	return nil, driver.ErrSkip
+}
+
+// CheckNamedValue keeps endsInCommit for ExecContext and lets the driver check the rest.
+func (c *multiStatementConn) CheckNamedValue(nv *driver.NamedValue) error {
+	if _, ok := nv.Value.(endsInCommit); ok {
+		return nil
+	}
+	if checker, ok := c.conn.(driver.NamedValueChecker); ok {
+		return checker.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
+}
+
+func (c *multiStatementConn) Ping(ctx context.Context) error {
+	if p, ok := c.conn.(driver.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
+// ResetSession refuses a connection left in a transaction nobody adopted.
+func (c *multiStatementConn) ResetSession(ctx context.Context) error {
+	if c.begun || c.tx != nil {
+		return driver.ErrBadConn
+	}
+	if r, ok := c.conn.(driver.SessionResetter); ok {
+		return r.ResetSession(ctx)
+	}
+	return nil
+}
+
+// IsValid is false for a connection left in a transaction nobody adopted, so that
+// database/sql closes it instead of pooling it.
+func (c *multiStatementConn) IsValid() bool {
+	if c.begun || c.tx != nil {
+		return false
+	}
+	if v, ok := c.conn.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
+}
+
+// multiStatementTx is a transaction that beginWith began and BeginTx adopted.
+type multiStatementTx struct {
+	c *multiStatementConn
+	// committed: a request ending in COMMIT committed it.
+	committed bool
+}
+
+func (t *multiStatementTx) Commit() error { return t.end("COMMIT") }
+
+func (t *multiStatementTx) Rollback() error { return t.end("ROLLBACK") }
+
+func (t *multiStatementTx) end(statement string) error {
+	if t.c.tx != t {
+		return driver.ErrBadConn
+	}
+	t.c.tx = nil
+	if t.committed {
+		return nil
+	}
+	// No context: database/sql ends a transaction with none (it watches the one the
+	// transaction began with itself).
+	_, err := t.c.execDriver(context.Background(), statement, nil)
+	return err
+}
