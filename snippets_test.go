@@ -56,6 +56,7 @@ const snippetImports = `import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/handlertest"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 `
