@@ -275,8 +275,8 @@ func (a *attempt) produced() []Published {
 	return append(out, a.sent...)
 }
 
-// isEndText reports whether a statement text ends a transaction (MySQLConnector ends its
-// transactions with such texts, not through driver.Tx).
+// isEndText reports whether a statement text ends a transaction (a MultiStatementStore ends
+// its transactions with such requests, not through driver.Tx).
 func isEndText(query string) bool {
 	q := strings.ToUpper(strings.TrimRight(strings.TrimSpace(query), "; \t\r\n"))
 	return q == "COMMIT" || q == "ROLLBACK" || strings.HasSuffix(q, "; COMMIT")

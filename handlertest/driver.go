@@ -24,8 +24,8 @@ import (
 // the inbox transaction. Every data layer over *sql.Tx (GORM, sqlx, ent, bun) reaches the
 // same connection, so the kit sees their statements too.
 //
-// With sqlinbox.MySQLConnector, wrap the driver's connector with Connector first, then with
-// MySQLConnector: sql.OpenDB(sqlinbox.MySQLConnector(handlertest.Connector(c))).
+// For sqlinbox.NewMultiStatement, give it the driver's connector wrapped with Connector:
+// sqlinbox.NewMultiStatement(handlertest.Connector(c), sqlinbox.MySQL(), config).
 func Connector(c driver.Connector) driver.Connector { return &connector{inner: c} }
 
 // OpenDB opens a *sql.DB on the database/sql driver registered as driverName (for drivers

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -142,9 +141,15 @@ func (p *payments) seen() []string {
 	return slices.Clone(p.keys)
 }
 
+// schemaInboxStore is a store that creates its table.
+type schemaInboxStore interface {
+	inbox.Store
+	schemaStore
+}
+
 // kitBackends are the databases the kit is tested on, each the way a team would open it:
 // pgx; database/sql through OpenDB (PostgreSQL, SQLite) and through Connector (MariaDB,
-// under MySQLConnector too).
+// under NewMultiStatement too).
 var kitBackends = []struct {
 	name string
 	open func(t *testing.T) *kitFixture
@@ -158,7 +163,7 @@ var kitBackends = []struct {
 		return sqlKitFixture(t, "database-sql/postgres", db, sqlinbox.Postgres(), sqlinbox.Config{})
 	}},
 	{"database-sql/mariadb", func(t *testing.T) *kitFixture {
-		return sqlKitFixture(t, "database-sql/mariadb", mysqlKitDB(t, false), sqlinbox.MySQL(), sqlinbox.Config{})
+		return sqlKitFixture(t, "database-sql/mariadb", mysqlKitDB(t, testenv.MySQLDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{})
 	}},
 	{"database-sql/sqlite", func(t *testing.T) *kitFixture {
 		// A short busy timeout: a copy that waits for another's lock longer is nacked with
@@ -176,42 +181,27 @@ var kitBackends = []struct {
 	}},
 }
 
-// multiStatementsKitFixture is MariaDB with Config.MultiStatements on MySQLConnector, wrapped
-// around the kit's Connector as Connector's documentation says.
+// multiStatementsKitFixture is MariaDB's MultiStatementStore, its pool opened on the kit's
+// Connector as Connector's documentation says.
 func multiStatementsKitFixture(t *testing.T) *kitFixture {
-	return sqlKitFixture(t, "database-sql/mariadb/multi-statements", mysqlKitDB(t, true), sqlinbox.MySQL(),
-		sqlinbox.Config{MultiStatements: true})
+	connector := handlertest.Connector(mysqlConnector(t, testenv.MySQLDSN(t)+"&multiStatements=true"))
+	table := testenv.Name("kit_inbox")
+	store, db, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL(), sqlinbox.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sqlKitFixtureFor(t, "database-sql/mariadb/multi-statements", db, store, sqlinbox.MySQL(), table)
 }
 
 // preparedKitFixture is MariaDB without interpolateParams: the driver declines a statement
 // with arguments (driver.ErrSkip) and database/sql prepares it, which the kit counts once.
 func preparedKitFixture(t *testing.T) *kitFixture {
-	return sqlKitFixture(t, "database-sql/mariadb/prepared", mysqlKitDBWith(t, testenv.MySQLDSN(t)+"&interpolateParams=false", false),
+	return sqlKitFixture(t, "database-sql/mariadb/prepared", mysqlKitDB(t, testenv.MySQLDSN(t)+"&interpolateParams=false"),
 		sqlinbox.MySQL(), sqlinbox.Config{})
 }
 
-func mysqlKitDB(t *testing.T, multi bool) *sql.DB {
-	dsn := testenv.MySQLDSN(t)
-	if multi {
-		dsn += "&multiStatements=true"
-	}
-	return mysqlKitDBWith(t, dsn, multi)
-}
-
-func mysqlKitDBWith(t *testing.T, dsn string, multi bool) *sql.DB {
-	config, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	connector, err := mysql.NewConnector(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hooked := handlertest.Connector(connector)
-	if multi {
-		hooked = sqlinbox.MySQLConnector(hooked)
-	}
-	return sql.OpenDB(hooked)
+func mysqlKitDB(t *testing.T, dsn string) *sql.DB {
+	return sql.OpenDB(handlertest.Connector(mysqlConnector(t, dsn)))
 }
 
 func pgxKitFixture(t *testing.T) *kitFixture {
@@ -254,13 +244,18 @@ func pgxKitFixture(t *testing.T) *kitFixture {
 }
 
 func sqlKitFixture(t *testing.T, name string, db *sql.DB, dialect sqlinbox.Dialect, config sqlinbox.Config) *kitFixture {
-	db.SetMaxOpenConns(16)
-	t.Cleanup(func() { db.Close() })
 	config.Table = testenv.Name("kit_inbox")
 	store, err := sqlinbox.New(db, dialect, config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sqlKitFixtureFor(t, name, db, store, dialect, config.Table)
+}
+
+// sqlKitFixtureFor is sqlKitFixture for a store already made on db.
+func sqlKitFixtureFor(t *testing.T, name string, db *sql.DB, store schemaInboxStore, dialect sqlinbox.Dialect, table string) *kitFixture {
+	db.SetMaxOpenConns(16)
+	t.Cleanup(func() { db.Close() })
 	if err := store.InitializeSchema(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +294,7 @@ func sqlKitFixture(t *testing.T, name string, db *sql.DB, dialect sqlinbox.Diale
 	if dollar {
 		f.placeholders = inboxtest.DollarPlaceholders
 	}
-	f.finish(t, config.Table)
+	f.finish(t, table)
 	return f
 }
 
