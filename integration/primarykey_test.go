@@ -59,7 +59,9 @@ func TestPrimaryKeyOfAnyName(t *testing.T) {
 							t.Errorf("business rows: %s; want 1 each", got)
 						}
 						wantRows(t, "claims", b.rows(t, table, ""), 3)
-						if writeBehind {
+						// A store made by sqlinbox.New is no WriteBehindStore: the middleware
+						// claims it with Claim, as in the claim-first mode.
+						if _, oneStep := store.(inbox.WriteBehindStore); writeBehind && oneStep {
 							claimConflicts(t, b, store)
 						}
 					})

@@ -58,7 +58,7 @@ func (s *MultiStatementStore) ClaimAndCommit(ctx context.Context, claim inbox.Cl
 // every other failure.
 func (s *MultiStatementStore) afterFailedRequest(ctx context.Context, conn *sql.Conn, claim inbox.Claim, requestErr error) (*inbox.Processed, error) {
 	ctx = context.WithoutCancel(ctx) // the transaction must end, whatever happens to ctx
-	if !s.store.sql.isDuplicateKey(requestErr) {
+	if !s.store.guard.isDuplicateKey(s.store.sql, requestErr) {
 		if err := rollback(ctx, conn); err != nil {
 			return nil, errors.Join(requestErr, err)
 		}

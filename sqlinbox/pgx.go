@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -33,8 +32,9 @@ import (
 // pooler in transaction mode (PgBouncer, RDS Proxy), where each transaction may run on
 // another server connection (docs/pooler.md).
 type PgxStore struct {
-	pool *pgxpool.Pool
-	sql  statements
+	pool  *pgxpool.Pool
+	sql   statements
+	guard *tableGuard // checks the table before the first claim
 
 	// named is set when the pool's mode caches statements: the store prepares its texts by
 	// name too (see prepareNamed). describes is set in QueryExecModeDescribeExec, where pgx
@@ -67,7 +67,8 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*PgxStore, error) {
 		return nil, err
 	}
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
-	return &PgxStore{pool: pool, sql: sql, named: namesStatements(mode), describes: mode == pgx.QueryExecModeDescribeExec}, nil
+	return &PgxStore{pool: pool, sql: sql, guard: newTableGuard(config.Logger),
+		named: namesStatements(mode), describes: mode == pgx.QueryExecModeDescribeExec}, nil
 }
 
 // namesStatements reports whether mode keeps prepared statements on the server
@@ -171,60 +172,6 @@ func readClaim(results pgx.BatchResults, withLockTimeout bool) (inserted bool, e
 	return inserted, nil
 }
 
-// ClaimAndCommit implements inbox.WriteBehindStore in one round trip: BEGIN, the lock
-// timeout (if set), the claim as a plain INSERT, the statements, the record of produced
-// messages and COMMIT in one batch. A duplicate makes the claim fail on the primary key, which aborts the
-// transaction and skips the rest of the batch; ROLLBACK and the read of the committed claim
-// then share a second batch.
-func (s *PgxStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statements []inbox.Statement, produced []byte) (*inbox.Processed, error) {
-	if err := s.guardTable(ctx); err != nil {
-		return nil, err
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sqlinbox: acquire a connection: %w", err)
-	}
-	defer conn.Release() // a connection left in a transaction is closed, not reused
-	c := conn.Conn()
-	queued := make([]queuedStatement, len(statements))
-	for i, st := range statements {
-		queued[i] = queuedStatement{st.SQL, st.Args}
-	}
-	// ROLLBACK and the read of the record too: after a duplicate the transaction is
-	// aborted, and the server refuses to prepare anything until it ends.
-	own := []string{sqlBegin, s.sql.insert, s.sql.record, sqlCommit, sqlRollback, s.sql.prior}
-	if err := s.prepareNamed(ctx, c, own, queued); err != nil {
-		return nil, err
-	}
-
-	batch := &pgx.Batch{}
-	batch.Queue(sqlBegin)
-	s.queueLockTimeout(batch)
-	claimAt := batch.Len()
-	batch.Queue(s.sql.insert, claim.Consumer, claim.Key, claim.Fingerprint)
-	for _, q := range queued {
-		batch.Queue(q.sql, q.args...)
-	}
-	if produced != nil {
-		batch.Queue(s.sql.record, produced, claim.Consumer, claim.Key)
-	}
-	batch.Queue(sqlCommit)
-	failedAt, err := sendBatch(ctx, c, batch)
-	switch {
-	case err == nil:
-		return nil, nil
-	case failedAt == claimAt && s.sql.isDuplicateKey(err):
-		return s.readAfterDuplicate(ctx, c, claim)
-	case failedAt == batch.Len()-1:
-		return nil, fmt.Errorf("sqlinbox: commit: %w", err)
-	case failedAt == claimAt:
-		return nil, endFailed(ctx, c, fmt.Errorf("sqlinbox: claim: %w", err))
-	case failedAt > claimAt+len(queued):
-		return nil, endFailed(ctx, c, fmt.Errorf("sqlinbox: record produced messages: %w", err))
-	}
-	return nil, endFailed(ctx, c, fmt.Errorf("sqlinbox: queued statement %d: %w", failedAt-claimAt, err))
-}
-
 // readAfterDuplicate ends the aborted transaction and reads what the committed claim
 // recorded, in one batch.
 func (s *PgxStore) readAfterDuplicate(ctx context.Context, c *pgx.Conn, claim inbox.Claim) (*inbox.Processed, error) {
@@ -254,184 +201,3 @@ func (s *PgxStore) readAfterDuplicate(ctx context.Context, c *pgx.Conn, claim in
 	}
 	return prior, err
 }
-
-// maxNamedStatements bounds the queued statement texts a connection prepares by name, so a
-// handler that builds its SQL text from data cannot fill the server's memory.
-const maxNamedStatements = 256
-
-// prepareNamed prepares on c, by name, the inbox's statements texts and the first
-// maxNamedStatements distinct texts of queued statements, where they are not prepared yet.
-// pgx's Prepare with name == sql makes the text itself name the statement, and returns at
-// once for a text already prepared on the connection. pgx forgets the cached statements of
-// a batch that fails, which would make the batch after every write-behind duplicate prepare
-// them again; named statements are kept. Every batch that can fail prepares its texts so,
-// so that no text is both named and in pgx's cache.
-//
-// In a mode that keeps no statement on the server it does nothing: pgx sends each text with
-// its parameters (exec, describe-exec) or as a simple query, and a transaction pooler may
-// run the next transaction on a server connection that never saw the name.
-func (s *PgxStore) prepareNamed(ctx context.Context, c *pgx.Conn, own []string, queued []queuedStatement) error {
-	if !s.named {
-		return nil
-	}
-	if s.sql.lockTimeout != "" {
-		own = append(own, s.sql.lockTimeout)
-	}
-	for _, text := range own {
-		if _, err := c.Prepare(ctx, text, text); err != nil {
-			return fmt.Errorf("sqlinbox: prepare: %w", err)
-		}
-	}
-	for _, q := range queued {
-		if !s.namedStatement(q.sql) {
-			continue
-		}
-		if _, err := c.Prepare(ctx, q.sql, q.sql); err != nil {
-			return fmt.Errorf("sqlinbox: prepare queued statement: %w", err)
-		}
-	}
-	return nil
-}
-
-// namedStatement reports whether text is one of the first maxNamedStatements queued texts.
-func (s *PgxStore) namedStatement(text string) bool {
-	if _, ok := s.prepared.Load(text); ok {
-		return true
-	}
-	if s.preparedCount.Add(1) > maxNamedStatements {
-		s.preparedCount.Add(-1)
-		return false
-	}
-	if _, loaded := s.prepared.LoadOrStore(text, struct{}{}); loaded {
-		s.preparedCount.Add(-1)
-	}
-	return true
-}
-
-// sendBatch sends batch on c and reads every result. It returns the index of the statement
-// that failed with its error; the statements after it did not run.
-func sendBatch(ctx context.Context, c *pgx.Conn, batch *pgx.Batch) (failedAt int, err error) {
-	results := c.SendBatch(ctx, batch)
-	var tag pgconn.CommandTag
-	for failedAt = 0; failedAt < batch.Len(); failedAt++ {
-		if tag, err = results.Exec(); err != nil {
-			break
-		}
-	}
-	if closeErr := results.Close(); err == nil && closeErr != nil {
-		return batch.Len() - 1, closeErr
-	}
-	if err == nil && tag.String() == "ROLLBACK" { // the server rolled back instead, as pgx's Commit reports
-		return batch.Len() - 1, pgx.ErrTxCommitRollback
-	}
-	return failedAt, err
-}
-
-// endFailed rolls back the transaction a failed batch left open, if the connection still
-// works; a broken connection is closed when it is released.
-func endFailed(ctx context.Context, c *pgx.Conn, err error) error {
-	if c.IsClosed() || c.PgConn().TxStatus() == 'I' {
-		return err
-	}
-	if _, rbErr := c.Exec(context.WithoutCancel(ctx), sqlRollback); rbErr != nil {
-		return errors.Join(err, fmt.Errorf("sqlinbox: rollback: %w", rbErr))
-	}
-	return err
-}
-
-// pgxTx is the transaction of one claimed message, on a connection the store holds until
-// Commit or Rollback.
-type pgxTx struct {
-	conn  *pgxpool.Conn
-	tx    pgx.Tx // what the handler writes through
-	store *PgxStore
-	claim inbox.Claim
-	statementQueue
-}
-
-var _ inbox.StatementQueuer = (*pgxTx)(nil)
-
-func (t *pgxTx) Driver() any { return t.tx }
-
-// Commit sends the queued statements, the record of produced messages and COMMIT in one
-// pipelined batch: one round trip, whatever the handler queued; with nothing to send but
-// COMMIT, pgx's Tx.Commit sends it. It always releases the connection.
-func (t *pgxTx) Commit(ctx context.Context, produced []byte) error {
-	defer t.conn.Release()
-	c := t.conn.Conn()
-	if c.PgConn().TxStatus() == 'I' {
-		return fmt.Errorf("%w: commit", inbox.ErrTxEndedByHandler)
-	}
-	queued := t.take()
-	if len(queued) == 0 && produced == nil {
-		return pgxEnded(t.tx.Commit(ctx))
-	}
-	if err := t.store.prepareNamed(ctx, c, []string{t.store.sql.record, sqlCommit}, queued); err != nil {
-		return endFailed(ctx, c, err)
-	}
-	batch := &pgx.Batch{}
-	for _, q := range queued {
-		batch.Queue(q.sql, q.args...)
-	}
-	if produced != nil {
-		batch.Queue(t.store.sql.record, produced, t.claim.Consumer, t.claim.Key)
-	}
-	batch.Queue(sqlCommit)
-	if _, err := sendBatch(ctx, c, batch); err != nil {
-		return endFailed(ctx, c, fmt.Errorf("sqlinbox: commit batch: %w", err))
-	}
-	return nil
-}
-
-// Rollback ends the transaction and releases the connection.
-func (t *pgxTx) Rollback(ctx context.Context) error {
-	defer t.conn.Release()
-	return pgxEnded(t.tx.Rollback(ctx))
-}
-
-// pgxEnded marks the error of a transaction the handler already committed or rolled back.
-func pgxEnded(err error) error {
-	if errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("%w: %w", inbox.ErrTxEndedByHandler, err)
-	}
-	return err
-}
-
-// CheckTable is SQLStore.CheckTable for the pgx store.
-func (s *PgxStore) CheckTable(ctx context.Context) error {
-	return s.sql.guard.check(ctx, s.sql.table, s.describe)
-}
-
-// describe reads the table's shape in a transaction of its own: behind a pooler in
-// transaction mode, a statement that the driver sends in steps (pgx's describe-exec mode)
-// could otherwise have its steps run on two server connections and fail.
-func (s *PgxStore) describe(ctx context.Context) (primaryKey string, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		primaryKey, err = describeTable(ctx, s.sql.dialect, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
-			rows, err := tx.Query(ctx, text, args...)
-			if err != nil {
-				return nil, err
-			}
-			return pgxRows{rows}, nil
-		})
-		return err
-	})
-	return primaryKey, err
-}
-
-// guardTable returns nil once the store's table passed its check; see CheckTable.
-func (s *PgxStore) guardTable(ctx context.Context) error {
-	return s.sql.guard.before(ctx, s.sql.table, s.describe)
-}
-
-// pgxRows gives pgx.Rows the Close of *sql.Rows.
-type pgxRows struct{ rowsCloser }
-
-type rowsCloser interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-	Close()
-}
-
-func (r pgxRows) Close() error { r.rowsCloser.Close(); return r.Err() }

@@ -16,7 +16,8 @@ import (
 type SQLStore struct {
 	db    *sql.DB
 	sql   statements
-	begin Begin // Config.Begin, or db.BeginTx
+	guard *tableGuard // checks the table before the first claim
+	begin Begin       // Config.Begin, or db.BeginTx
 }
 
 var _ inbox.Store = (*SQLStore)(nil)
@@ -34,7 +35,7 @@ func New(db *sql.DB, dialect Dialect, config Config) (*SQLStore, error) {
 	if begin == nil {
 		begin = beginStd(db)
 	}
-	return &SQLStore{db: db, sql: sql, begin: begin}, nil
+	return &SQLStore{db: db, sql: sql, guard: newTableGuard(config.Logger), begin: begin}, nil
 }
 
 // InitializeSchema creates the inbox table if it does not exist, then checks it (see
@@ -122,7 +123,7 @@ func (s *SQLStore) claimIn(ctx context.Context, tx *sql.Tx, claim inbox.Claim) (
 	// The claim reads no affected-row count, which driver settings can change (MySQL's
 	// clientFoundRows): a duplicate is the dialect's duplicate-key error.
 	if _, err := tx.ExecContext(ctx, s.sql.insert, claim.Consumer, claim.Key, claim.Fingerprint); err != nil {
-		if !s.sql.isDuplicateKey(err) {
+		if !s.guard.isDuplicateKey(s.sql, err) {
 			return false, nil, fmt.Errorf("sqlinbox: claim: %w", err)
 		}
 		prior, err = scanPrior(tx.QueryRowContext(ctx, s.sql.prior, claim.Consumer, claim.Key))
@@ -149,94 +150,4 @@ func (s *SQLStore) TableSize(ctx context.Context) (bytes int64, note string, err
 		return 0, "", fmt.Errorf("sqlinbox: table size: %w", err)
 	}
 	return bytes, note, nil
-}
-
-// sqlTx adapts a *sql.Tx to inbox.Tx. database/sql ends a transaction with the context it
-// began with, so Rollback takes none.
-type sqlTx struct {
-	tx *sql.Tx
-	// handle is what handlers get: tx, or the data layer's transaction over it (Config.Begin).
-	handle any
-	store  *SQLStore
-	claim  inbox.Claim
-	// conn, set when a MultiStatementStore began tx in the claim's request, holds the
-	// connection until the transaction ends, and the commit is one request.
-	conn *sql.Conn
-	statementQueue
-}
-
-var _ inbox.StatementQueuer = (*sqlTx)(nil)
-
-func (t *sqlTx) Driver() any { return t.handle }
-
-// Commit runs the queued statements and the record of produced messages, then commits.
-// database/sql cannot pipeline them: each is a round trip, unless a MultiStatementStore
-// began the transaction in the claim's request: then they go with COMMIT as one request.
-func (t *sqlTx) Commit(ctx context.Context, produced []byte) error {
-	statements := t.take()
-	if produced != nil {
-		statements = append(statements, queuedStatement{t.store.sql.record, []any{produced, t.claim.Consumer, t.claim.Key}})
-	}
-	if t.conn != nil {
-		defer t.conn.Close()
-		return t.commitInRequest(ctx, statements)
-	}
-	for _, q := range statements {
-		if _, err := t.tx.ExecContext(ctx, q.sql, q.args...); err != nil {
-			err = sqlEnded(fmt.Errorf("sqlinbox: before commit: %w", err))
-			if rbErr := t.tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-				err = errors.Join(err, fmt.Errorf("sqlinbox: rollback: %w", rbErr))
-			}
-			return err
-		}
-	}
-	return sqlEnded(t.tx.Commit())
-}
-
-func (t *sqlTx) Rollback(context.Context) error {
-	if t.conn != nil {
-		defer t.conn.Close()
-	}
-	return sqlEnded(t.tx.Rollback())
-}
-
-// sqlEnded marks the error of a transaction the handler already committed or rolled back.
-func sqlEnded(err error) error {
-	if errors.Is(err, sql.ErrTxDone) {
-		return fmt.Errorf("%w: %w", inbox.ErrTxEndedByHandler, err)
-	}
-	return err
-}
-
-// CheckTable reads the inbox table's shape from the database's catalog and returns an error
-// wrapping ErrTableMismatch if it cannot guard against duplicates (see ErrTableMismatch),
-// another error if the catalog could not be read, nil if the table is fit. The store runs
-// it before its first claim; call it from a readiness probe or a deployment check too. Its
-// verdict is the store's: a refused table is refused by every claim from then on, a table
-// that passes is used at once.
-func (s *SQLStore) CheckTable(ctx context.Context) error {
-	return s.sql.guard.check(ctx, s.sql.table, s.describe)
-}
-
-// describe reads the table's shape in a transaction of its own: behind a pooler in
-// transaction mode, a statement that the driver sends in steps (pgx's describe-exec mode)
-// could otherwise have its steps run on two server connections and fail.
-func (s *SQLStore) describe(ctx context.Context) (primaryKey string, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return "", fmt.Errorf("sqlinbox: read the inbox table's shape: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }() // it only read
-	return describeTable(ctx, s.sql.dialect, s.sql.table, func(ctx context.Context, text string, args ...any) (tableRows, error) {
-		rows, err := tx.QueryContext(ctx, text, args...)
-		if err != nil {
-			return nil, err
-		}
-		return rows, nil
-	})
-}
-
-// guardTable returns nil once the store's table passed its check; see CheckTable.
-func (s *SQLStore) guardTable(ctx context.Context) error {
-	return s.sql.guard.before(ctx, s.sql.table, s.describe)
 }

@@ -18,8 +18,6 @@ type statements struct {
 	schema          []string
 	schemaLock      string
 	cleanup         cleanupStatements
-	// guard checks the table before the store's first claim; copies of statements share it.
-	guard *tableGuard
 }
 
 func newStatements(dialect Dialect, config Config) (statements, error) {
@@ -41,7 +39,6 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		schema:       dialect.Schema(table),
 		schemaLock:   dialect.SchemaLock,
 		cleanup:      newCleanupStatements(dialect, table),
-		guard:        newTableGuard(config.Logger),
 	}
 	if config.LockTimeout > 0 {
 		if dialect.LockTimeout == nil {
@@ -50,12 +47,6 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		s.lockTimeout, s.lockTimeoutArgs = dialect.LockTimeout(config.LockTimeout)
 	}
 	return s, nil
-}
-
-// isDuplicateKey reports whether err, from the claim's insert, is the duplicate key: a
-// violation of the primary key the table check found.
-func (s statements) isDuplicateKey(err error) bool {
-	return s.dialect.IsDuplicateKey(err, s.guard.table(s.table))
 }
 
 // scanPrior reads the committed claim's record. No row means it was deleted between the

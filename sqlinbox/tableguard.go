@@ -85,6 +85,12 @@ func (g *tableGuard) checkLocked(ctx context.Context, table Table, check tableCh
 	return err
 }
 
+// isDuplicateKey reports whether err, from the claim's insert of sql, is the duplicate key: a
+// violation of the primary key the table check found.
+func (g *tableGuard) isDuplicateKey(sql statements, err error) bool {
+	return sql.dialect.IsDuplicateKey(err, g.table(sql.table))
+}
+
 // table returns t with the name of its primary key that the last passing check read.
 func (g *tableGuard) table(t Table) Table {
 	if key := g.primaryKey.Load(); key != nil {
