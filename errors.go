@@ -38,9 +38,6 @@ var (
 	// (sqlinbox.ValidateTableName) for a table name that could carry SQL.
 	ErrInvalidTableName = errors.New("inbox: invalid table name")
 
-	// ErrNilStore is returned by NewMiddleware when the store is nil.
-	ErrNilStore = errors.New("inbox: store is nil")
-
 	// ErrTxEndedByHandler is wrapped by the error a store's Commit or Rollback returns when
 	// the handler committed or rolled back the inbox transaction itself. The transaction
 	// belongs to the middleware; the message is nacked, and its redelivery is either a
@@ -64,9 +61,6 @@ var (
 // Errors of Publisher. Those returned inside a claim fail the handler's Publish call; the
 // handler returns them, so the message is nacked.
 var (
-	// ErrNilPublisher is returned by NewPublisher when the publisher is nil.
-	ErrNilPublisher = errors.New("inbox: publisher is nil")
-
 	// ErrNoHandlerContext is wrapped by the error of Publisher.Publish for a message whose
 	// context carries no inbox claim and does not come from PublishNow: a message built in a
 	// handler without msg.SetContext(handlerMsg.Context()), which would otherwise leave

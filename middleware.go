@@ -160,7 +160,7 @@ func (c Config) validate() error {
 // A nil logger logs nothing.
 func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {
 	if store == nil {
-		return nil, ErrNilStore
+		return nil, errors.New("inbox: NewMiddleware: store is nil")
 	}
 	config.setDefaults()
 	if err := config.validate(); err != nil {

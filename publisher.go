@@ -45,10 +45,10 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher wraps publisher. It returns ErrNilPublisher when publisher is nil.
+// NewPublisher wraps publisher, which must not be nil.
 func NewPublisher(publisher message.Publisher) (*Publisher, error) {
 	if publisher == nil {
-		return nil, ErrNilPublisher
+		return nil, errors.New("inbox: NewPublisher: publisher is nil")
 	}
 	return &Publisher{publisher: publisher}, nil
 }

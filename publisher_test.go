@@ -205,8 +205,8 @@ func TestPublishNowPublishesAtOnce(t *testing.T) {
 }
 
 func TestPublisherBadInput(t *testing.T) {
-	if _, err := inbox.NewPublisher(nil); !errors.Is(err, inbox.ErrNilPublisher) {
-		t.Errorf("NewPublisher(nil): err = %v, want ErrNilPublisher", err)
+	if _, err := inbox.NewPublisher(nil); err == nil || !strings.Contains(err.Error(), "publisher is nil") {
+		t.Errorf("NewPublisher(nil): err = %v, want one saying the publisher is nil", err)
 	}
 	rec := &recordingPublisher{}
 	pub := newPublisher(t, rec)

@@ -102,9 +102,10 @@ type Dialect struct {
 	// as one request.
 	MultiStatement *MultiStatementSQL
 
-	// TableSize returns the ways to measure the bytes the table and its indexes take, for
-	// the CLI's stats; SQLStore.TableSize tries them in order. Nil: not measurable.
-	TableSize func(table Table) []SizeQuery
+	// tableSize returns the ways to measure the bytes the table and its indexes take, for
+	// SQLStore.TableSize (the CLI's stats), which tries them in order. Nil, as in a dialect
+	// written outside this package: not measurable.
+	tableSize func(table Table) []sizeQuery
 }
 
 // MultiStatementSQL says that a database runs a multi-statement request (several statements
@@ -142,10 +143,10 @@ type Table struct {
 	PrimaryKey string
 }
 
-// SizeQuery is one way to measure a table's size: SQL, with %[1]s for the quoted table,
+// sizeQuery is one way to measure a table's size: SQL, with %[1]s for the quoted table,
 // returns one number of bytes (NULL: this way does not apply) when run with Args. Note says
 // what was measured.
-type SizeQuery struct {
+type sizeQuery struct {
 	SQL  string
 	Args []any
 	Note string

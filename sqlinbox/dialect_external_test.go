@@ -78,9 +78,6 @@ ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
 	Cleanup:    `DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < now() - $1 * interval '1 second' ORDER BY processed_at LIMIT $2)`,
 	Expired:    `SELECT count(*) FROM %[1]s WHERE processed_at < now() - $1 * interval '1 second'`,
 	CleanupAge: func(olderThan time.Duration) any { return olderThan.Seconds() },
-	TableSize: func(t sqlinbox.Table) []sqlinbox.SizeQuery {
-		return []sqlinbox.SizeQuery{{SQL: `SELECT pg_total_relation_size($1::text::regclass)`, Args: []any{t.Quoted}, Note: "pg_total_relation_size"}}
-	},
 }
 
 func TestDialectDefinedOutsideThePackage(t *testing.T) {

@@ -88,12 +88,12 @@ func MySQL() Dialect {
 			return t.Name
 		},
 
-		TableSize: func(t Table) []SizeQuery {
+		tableSize: func(t Table) []sizeQuery {
 			var schema any
 			if t.Schema != "" {
 				schema = t.Schema
 			}
-			return []SizeQuery{{
+			return []sizeQuery{{
 				SQL: "SELECT data_length + index_length FROM information_schema.tables " +
 					"WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
 				Args: []any{schema, t.Name},

@@ -76,8 +76,8 @@ ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
 		// regclass parses the quoted name, so the lock follows the table, not its spelling.
 		CleanupLockKey: func(t Table) any { return t.Quoted },
 
-		TableSize: func(t Table) []SizeQuery {
-			return []SizeQuery{{
+		tableSize: func(t Table) []sizeQuery {
+			return []sizeQuery{{
 				SQL:  `SELECT pg_total_relation_size($1::text::regclass)`,
 				Args: []any{t.Quoted},
 				Note: "pg_total_relation_size",

@@ -73,16 +73,16 @@ func SQLite() Dialect {
 
 		// dbstat counts the pages of the table and its index; without it (a build without
 		// SQLITE_ENABLE_DBSTAT_VTAB, or another schema than main), the file's size.
-		TableSize: func(t Table) []SizeQuery {
-			var sizes []SizeQuery
+		tableSize: func(t Table) []sizeQuery {
+			var sizes []sizeQuery
 			if t.Schema == "" || t.Schema == "main" {
-				sizes = append(sizes, SizeQuery{
+				sizes = append(sizes, sizeQuery{
 					SQL:  "SELECT SUM(pgsize) FROM dbstat WHERE name IN (?, ?)",
 					Args: []any{t.Name, indexName(t.Name)},
 					Note: "dbstat",
 				})
 			}
-			return append(sizes, SizeQuery{
+			return append(sizes, sizeQuery{
 				SQL:  "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
 				Note: "the whole database file: page_count * page_size",
 			})

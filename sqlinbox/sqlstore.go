@@ -135,10 +135,10 @@ func (s *SQLStore) claimIn(ctx context.Context, tx *sql.Tx, claim inbox.Claim) (
 // TableSize returns the bytes the inbox table and its indexes take, as the dialect measures
 // them, and a note on what was measured.
 func (s *SQLStore) TableSize(ctx context.Context) (bytes int64, note string, err error) {
-	if s.sql.dialect.TableSize == nil {
+	if s.sql.dialect.tableSize == nil {
 		return 0, "", fmt.Errorf("sqlinbox: dialect %q cannot measure a table", s.sql.dialect.Name)
 	}
-	for _, q := range s.sql.dialect.TableSize(s.sql.table) {
+	for _, q := range s.sql.dialect.tableSize(s.sql.table) {
 		var size sql.NullInt64
 		err = s.db.QueryRowContext(ctx, render(q.SQL, s.sql.table), q.Args...).Scan(&size)
 		bytes, note = size.Int64, q.Note
