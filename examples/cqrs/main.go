@@ -2,11 +2,11 @@
 //
 // A command handler writes an invoice through the inbox transaction and publishes
 // InvoiceIssued through an EventBus; an event handler writes a receipt and sends a
-// SendReceipt command through a CommandBus; a command handler writes the e-mail row. Both
-// buses are built on one inbox.Publisher, so what a handler publishes is recorded with its
-// claim and leaves only after the claim commits, under the same UUID on every redelivery.
-// All events share one topic: Config.Skip keeps each event handler from claiming the types
-// it does not handle.
+// SendReceipt command through a CommandBus; a command handler writes the e-mail row; another
+// event handler writes the shipment of an OrderShipped. Both buses are built on one
+// inbox.Publisher, so what a handler publishes is recorded with its claim and leaves only
+// after the claim commits, under the same UUID on every redelivery. All events share one
+// topic: Config.Skip keeps each event handler from claiming the types it does not handle.
 //
 // The program sends every message 1-3 times, fails the first run of some IssueInvoice
 // handlers after they published and some publishes of InvoiceIssued, then prints a verdict
@@ -72,7 +72,7 @@ type SendReceipt struct {
 }
 
 // OrderShipped is another event on the shared events topic, which the receipts handler
-// does not handle.
+// does not handle; the shipping handler writes the shipment.
 type OrderShipped struct {
 	OrderID string `json:"order_id"`
 }
@@ -142,7 +142,7 @@ type App struct {
 }
 
 // Tables are the App's tables.
-type Tables struct{ Inbox, Invoices, Receipts, Emails string }
+type Tables struct{ Inbox, Invoices, Receipts, Emails, Shipments string }
 
 // Topics are the App's topics: one per command, one for every event.
 type Topics struct{ IssueInvoice, SendReceipt, Events string }
@@ -158,7 +158,8 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 	}
 	a := &App{
 		opts: o, runs: map[string]int{},
-		Tables: Tables{Inbox: o.Prefix + "_inbox", Invoices: o.Prefix + "_invoices", Receipts: o.Prefix + "_receipts", Emails: o.Prefix + "_emails"},
+		Tables: Tables{Inbox: o.Prefix + "_inbox", Invoices: o.Prefix + "_invoices", Receipts: o.Prefix + "_receipts",
+			Emails: o.Prefix + "_emails", Shipments: o.Prefix + "_shipments"},
 		Topics: Topics{IssueInvoice: o.Prefix + ".IssueInvoice", SendReceipt: o.Prefix + ".SendReceipt", Events: o.Prefix + ".events"},
 	}
 	if err := a.createTables(ctx); err != nil {
@@ -186,6 +187,7 @@ func (a *App) createTables(ctx context.Context) error {
 		"CREATE TABLE IF NOT EXISTS " + a.Tables.Invoices + " (order_id text NOT NULL, amount_cents bigint NOT NULL)",
 		"CREATE TABLE IF NOT EXISTS " + a.Tables.Receipts + " (order_id text NOT NULL, event_uuid text NOT NULL)",
 		"CREATE TABLE IF NOT EXISTS " + a.Tables.Emails + " (order_id text NOT NULL)",
+		"CREATE TABLE IF NOT EXISTS " + a.Tables.Shipments + " (order_id text NOT NULL)",
 	} {
 		if _, err := a.opts.Pool.Exec(ctx, ddl); err != nil {
 			return err
@@ -319,7 +321,7 @@ func (a *App) addHandlers() error {
 	}
 	return events.AddHandlers(
 		cqrs.NewEventHandler(ReceiptsHandler, a.receipt),
-		cqrs.NewEventHandler(ShippingHandler, func(context.Context, *OrderShipped) error { return nil }),
+		cqrs.NewEventHandler(ShippingHandler, a.ship),
 	)
 }
 
@@ -386,6 +388,16 @@ func (a *App) sendReceipt(ctx context.Context, cmd *SendReceipt) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, "INSERT INTO "+a.Tables.Emails+" (order_id) VALUES ($1)", cmd.OrderID)
+	return err
+}
+
+// ship writes the shipment of the order.
+func (a *App) ship(ctx context.Context, event *OrderShipped) error {
+	tx, err := tx(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO "+a.Tables.Shipments+" (order_id) VALUES ($1)", event.OrderID)
 	return err
 }
 
