@@ -150,22 +150,15 @@ type Topics struct{ IssueInvoice, SendReceipt, Events string }
 // NewApp creates the tables and the router. Run the router, and wait for Router.Running,
 // before sending: RabbitMQ drops what is published to an exchange no queue is bound to yet.
 func NewApp(ctx context.Context, o Options) (*App, error) {
-	if o.Prefix == "" {
-		o.Prefix = "cqrs_" + strconv.FormatUint(rand.Uint64(), 36)
-	}
-	if o.IssueInvoiceHandlerName == "" {
-		o.IssueInvoiceHandlerName = IssueInvoiceHandler
-	}
-	a := &App{
-		opts: o, runs: map[string]int{},
-		Tables: Tables{Inbox: o.Prefix + "_inbox", Invoices: o.Prefix + "_invoices", Receipts: o.Prefix + "_receipts",
-			Emails: o.Prefix + "_emails", Shipments: o.Prefix + "_shipments"},
-		Topics: Topics{IssueInvoice: o.Prefix + ".IssueInvoice", SendReceipt: o.Prefix + ".SendReceipt", Events: o.Prefix + ".events"},
-	}
+	a := newApp(o)
 	if err := a.createTables(ctx); err != nil {
 		return nil, err
 	}
-	if err := a.newBuses(); err != nil {
+	rabbit, err := a.rabbitPublisher()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.newBuses(rabbit); err != nil {
 		return nil, err
 	}
 	inboxMiddleware, err := a.newInboxMiddleware()
@@ -179,6 +172,23 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// newApp returns the App of o, its defaults filled in and its tables and topics named;
+// nothing exists yet.
+func newApp(o Options) *App {
+	if o.Prefix == "" {
+		o.Prefix = "cqrs_" + strconv.FormatUint(rand.Uint64(), 36)
+	}
+	if o.IssueInvoiceHandlerName == "" {
+		o.IssueInvoiceHandlerName = IssueInvoiceHandler
+	}
+	return &App{
+		opts: o, runs: map[string]int{},
+		Tables: Tables{Inbox: o.Prefix + "_inbox", Invoices: o.Prefix + "_invoices", Receipts: o.Prefix + "_receipts",
+			Emails: o.Prefix + "_emails", Shipments: o.Prefix + "_shipments"},
+		Topics: Topics{IssueInvoice: o.Prefix + ".IssueInvoice", SendReceipt: o.Prefix + ".SendReceipt", Events: o.Prefix + ".events"},
+	}
 }
 
 // createTables creates the tables the handlers write to, and the inbox table with its store.
@@ -201,20 +211,26 @@ func (a *App) createTables(ctx context.Context) error {
 	return store.InitializeSchema(ctx)
 }
 
-// newBuses builds the one inbox.Publisher of this inbox, on RabbitMQ, and both buses on it.
+// rabbitPublisher returns the RabbitMQ publisher, as Options.WrapPublisher wraps it.
 // RabbitMQ has a fanout exchange per topic and a durable queue per topic and handler, so
 // every handler of a topic gets every message, and the instances of one handler compete
 // for them.
-func (a *App) newBuses() error {
+func (a *App) rabbitPublisher() (message.Publisher, error) {
 	var rabbit message.Publisher
 	rabbit, err := amqp.NewPublisher(amqp.NewDurablePubSubConfig(a.opts.AMQPURL, nil), watermill.NopLogger{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if a.opts.WrapPublisher != nil {
 		rabbit = a.opts.WrapPublisher(rabbit)
 	}
-	if a.Publisher, err = inbox.NewPublisher(rabbit); err != nil {
+	return rabbit, nil
+}
+
+// newBuses builds the one inbox.Publisher of this inbox, on broker, and both buses on it.
+func (a *App) newBuses(broker message.Publisher) error {
+	var err error
+	if a.Publisher, err = inbox.NewPublisher(broker); err != nil {
 		return err
 	}
 	if a.CommandBus, err = cqrs.NewCommandBusWithConfig(a.Publisher, cqrs.CommandBusConfig{
