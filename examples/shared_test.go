@@ -15,9 +15,14 @@ import (
 // same words: the router with the inbox, the invoice table, the event and its handler.
 var brokerDeclarations = []string{"newRouter", "createInvoices", "OrderPlaced", "handleOrder", "envOr"}
 
-// Each broker program stands alone, so the parts they share are copies: demo.go, the same
-// file in each, and the declarations of brokerDeclarations in main.go. This test fails for
-// a copy that differs from the others, so that a change made to one is made to all.
+// brokerFiles are the files every broker program carries byte for byte: the demonstration,
+// and the test of handleOrder with handlertest (one handler, so one test, in every copy).
+var brokerFiles = []string{"demo.go", "handler_test.go"}
+
+// Each broker program stands alone, so the parts they share are copies: the files of
+// brokerFiles, the same in each, and the declarations of brokerDeclarations in main.go. This
+// test fails for a copy that differs from the others, so that a change made to one is made
+// to all.
 func TestBrokerProgramsShareTheirCopies(t *testing.T) {
 	var programs []string
 	for _, program := range examplePrograms(t) {
@@ -29,11 +34,12 @@ func TestBrokerProgramsShareTheirCopies(t *testing.T) {
 		t.Fatalf("found %d broker programs with a demo.go (%v); the search is broken", len(programs), programs)
 	}
 	first := programs[0]
-	demo := readSource(t, filepath.Join(first, "demo.go"))
 	declarations := declarationsOf(t, filepath.Join(first, "main.go"))
 	for _, program := range programs[1:] {
-		if readSource(t, filepath.Join(program, "demo.go")) != demo {
-			t.Errorf("%s/demo.go differs from %s/demo.go: they are copies of one file", program, first)
+		for _, file := range brokerFiles {
+			if readSource(t, filepath.Join(program, file)) != readSource(t, filepath.Join(first, file)) {
+				t.Errorf("%s/%s differs from %s/%s: they are copies of one file", program, file, first, file)
+			}
 		}
 		theirs := declarationsOf(t, filepath.Join(program, "main.go"))
 		for _, name := range brokerDeclarations {
@@ -45,7 +51,7 @@ func TestBrokerProgramsShareTheirCopies(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d broker programs share demo.go and %s", len(programs), strings.Join(brokerDeclarations, ", "))
+	t.Logf("%d broker programs share %s and %s", len(programs), strings.Join(brokerFiles, ", "), strings.Join(brokerDeclarations, ", "))
 }
 
 func readSource(t *testing.T, path string) string {

@@ -76,7 +76,7 @@ func sendOrders(ctx context.Context, app *App, orders int) error {
 		if err := app.CommandBus.Send(inbox.PublishNow(ctx), &IssueInvoice{OrderID: order, AmountCents: int64(100 + i)}); err != nil {
 			return err
 		}
-		if i%2 == 0 {
+		if shipped(i) {
 			if err := app.EventBus.Publish(inbox.PublishNow(ctx), &OrderShipped{OrderID: order}); err != nil {
 				return err
 			}
@@ -84,6 +84,9 @@ func sendOrders(ctx context.Context, app *App, orders int) error {
 	}
 	return nil
 }
+
+// shipped says whether order number i ships: every other one.
+func shipped(i int) bool { return i%2 == 0 }
 
 // waitUntilThrough waits until every receipt is e-mailed, no message is left waiting in a
 // queue and none is in a handler: the copies are through.
@@ -110,7 +113,7 @@ func waitUntilThrough(ctx context.Context, app *App, orders int) error {
 
 // printTables prints how many rows each table holds.
 func printTables(ctx context.Context, app *App, out io.Writer) error {
-	for _, table := range []string{app.Tables.Invoices, app.Tables.Receipts, app.Tables.Emails, app.Tables.Inbox} {
+	for _, table := range []string{app.Tables.Invoices, app.Tables.Receipts, app.Tables.Emails, app.Tables.Shipments, app.Tables.Inbox} {
 		n, err := app.Count(ctx, table, "")
 		if err != nil {
 			return err
@@ -120,19 +123,23 @@ func printTables(ctx context.Context, app *App, out io.Writer) error {
 	return nil
 }
 
-// verdict checks one invoice, one receipt and one e-mail per order, and nothing poisoned,
-// and prints the faults the run survived.
+// verdict checks one invoice, one receipt and one e-mail per order, one shipment per
+// shipped order, and nothing poisoned, and prints the faults the run survived.
 func verdict(ctx context.Context, app *App, broker *copyingBroker, orders int, out io.Writer) error {
 	var wrong []string
 	for i := range orders {
 		order := fmt.Sprintf("order-%04d", i)
-		for _, table := range []string{app.Tables.Invoices, app.Tables.Receipts, app.Tables.Emails} {
+		want := map[string]int{app.Tables.Invoices: 1, app.Tables.Receipts: 1, app.Tables.Emails: 1, app.Tables.Shipments: 0}
+		if shipped(i) {
+			want[app.Tables.Shipments] = 1
+		}
+		for _, table := range []string{app.Tables.Invoices, app.Tables.Receipts, app.Tables.Emails, app.Tables.Shipments} {
 			n, err := app.Count(ctx, table, order)
 			if err != nil {
 				return err
 			}
-			if n != 1 {
-				wrong = append(wrong, fmt.Sprintf("%s: %d rows in %s", order, n, table))
+			if n != want[table] {
+				wrong = append(wrong, fmt.Sprintf("%s: %d rows in %s, want %d", order, n, table, want[table]))
 			}
 		}
 	}

@@ -2,11 +2,11 @@
 //
 // A command handler writes an invoice through the inbox transaction and publishes
 // InvoiceIssued through an EventBus; an event handler writes a receipt and sends a
-// SendReceipt command through a CommandBus; a command handler writes the e-mail row. Both
-// buses are built on one inbox.Publisher, so what a handler publishes is recorded with its
-// claim and leaves only after the claim commits, under the same UUID on every redelivery.
-// All events share one topic: Config.Skip keeps each event handler from claiming the types
-// it does not handle.
+// SendReceipt command through a CommandBus; a command handler writes the e-mail row; another
+// event handler writes the shipment of an OrderShipped. Both buses are built on one
+// inbox.Publisher, so what a handler publishes is recorded with its claim and leaves only
+// after the claim commits, under the same UUID on every redelivery. All events share one
+// topic: Config.Skip keeps each event handler from claiming the types it does not handle.
 //
 // The program sends every message 1-3 times, fails the first run of some IssueInvoice
 // handlers after they published and some publishes of InvoiceIssued, then prints a verdict
@@ -72,7 +72,7 @@ type SendReceipt struct {
 }
 
 // OrderShipped is another event on the shared events topic, which the receipts handler
-// does not handle.
+// does not handle; the shipping handler writes the shipment.
 type OrderShipped struct {
 	OrderID string `json:"order_id"`
 }
@@ -142,7 +142,7 @@ type App struct {
 }
 
 // Tables are the App's tables.
-type Tables struct{ Inbox, Invoices, Receipts, Emails string }
+type Tables struct{ Inbox, Invoices, Receipts, Emails, Shipments string }
 
 // Topics are the App's topics: one per command, one for every event.
 type Topics struct{ IssueInvoice, SendReceipt, Events string }
@@ -150,21 +150,15 @@ type Topics struct{ IssueInvoice, SendReceipt, Events string }
 // NewApp creates the tables and the router. Run the router, and wait for Router.Running,
 // before sending: RabbitMQ drops what is published to an exchange no queue is bound to yet.
 func NewApp(ctx context.Context, o Options) (*App, error) {
-	if o.Prefix == "" {
-		o.Prefix = "cqrs_" + strconv.FormatUint(rand.Uint64(), 36)
-	}
-	if o.IssueInvoiceHandlerName == "" {
-		o.IssueInvoiceHandlerName = IssueInvoiceHandler
-	}
-	a := &App{
-		opts: o, runs: map[string]int{},
-		Tables: Tables{Inbox: o.Prefix + "_inbox", Invoices: o.Prefix + "_invoices", Receipts: o.Prefix + "_receipts", Emails: o.Prefix + "_emails"},
-		Topics: Topics{IssueInvoice: o.Prefix + ".IssueInvoice", SendReceipt: o.Prefix + ".SendReceipt", Events: o.Prefix + ".events"},
-	}
+	a := newApp(o)
 	if err := a.createTables(ctx); err != nil {
 		return nil, err
 	}
-	if err := a.newBuses(); err != nil {
+	rabbit, err := a.rabbitPublisher()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.newBuses(rabbit); err != nil {
 		return nil, err
 	}
 	inboxMiddleware, err := a.newInboxMiddleware()
@@ -180,12 +174,30 @@ func NewApp(ctx context.Context, o Options) (*App, error) {
 	return a, nil
 }
 
+// newApp returns the App of o, its defaults filled in and its tables and topics named;
+// nothing exists yet.
+func newApp(o Options) *App {
+	if o.Prefix == "" {
+		o.Prefix = "cqrs_" + strconv.FormatUint(rand.Uint64(), 36)
+	}
+	if o.IssueInvoiceHandlerName == "" {
+		o.IssueInvoiceHandlerName = IssueInvoiceHandler
+	}
+	return &App{
+		opts: o, runs: map[string]int{},
+		Tables: Tables{Inbox: o.Prefix + "_inbox", Invoices: o.Prefix + "_invoices", Receipts: o.Prefix + "_receipts",
+			Emails: o.Prefix + "_emails", Shipments: o.Prefix + "_shipments"},
+		Topics: Topics{IssueInvoice: o.Prefix + ".IssueInvoice", SendReceipt: o.Prefix + ".SendReceipt", Events: o.Prefix + ".events"},
+	}
+}
+
 // createTables creates the tables the handlers write to, and the inbox table with its store.
 func (a *App) createTables(ctx context.Context) error {
 	for _, ddl := range []string{
 		"CREATE TABLE IF NOT EXISTS " + a.Tables.Invoices + " (order_id text NOT NULL, amount_cents bigint NOT NULL)",
 		"CREATE TABLE IF NOT EXISTS " + a.Tables.Receipts + " (order_id text NOT NULL, event_uuid text NOT NULL)",
 		"CREATE TABLE IF NOT EXISTS " + a.Tables.Emails + " (order_id text NOT NULL)",
+		"CREATE TABLE IF NOT EXISTS " + a.Tables.Shipments + " (order_id text NOT NULL)",
 	} {
 		if _, err := a.opts.Pool.Exec(ctx, ddl); err != nil {
 			return err
@@ -199,20 +211,26 @@ func (a *App) createTables(ctx context.Context) error {
 	return store.InitializeSchema(ctx)
 }
 
-// newBuses builds the one inbox.Publisher of this inbox, on RabbitMQ, and both buses on it.
+// rabbitPublisher returns the RabbitMQ publisher, as Options.WrapPublisher wraps it.
 // RabbitMQ has a fanout exchange per topic and a durable queue per topic and handler, so
 // every handler of a topic gets every message, and the instances of one handler compete
 // for them.
-func (a *App) newBuses() error {
+func (a *App) rabbitPublisher() (message.Publisher, error) {
 	var rabbit message.Publisher
 	rabbit, err := amqp.NewPublisher(amqp.NewDurablePubSubConfig(a.opts.AMQPURL, nil), watermill.NopLogger{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if a.opts.WrapPublisher != nil {
 		rabbit = a.opts.WrapPublisher(rabbit)
 	}
-	if a.Publisher, err = inbox.NewPublisher(rabbit); err != nil {
+	return rabbit, nil
+}
+
+// newBuses builds the one inbox.Publisher of this inbox, on broker, and both buses on it.
+func (a *App) newBuses(broker message.Publisher) error {
+	var err error
+	if a.Publisher, err = inbox.NewPublisher(broker); err != nil {
 		return err
 	}
 	if a.CommandBus, err = cqrs.NewCommandBusWithConfig(a.Publisher, cqrs.CommandBusConfig{
@@ -319,7 +337,7 @@ func (a *App) addHandlers() error {
 	}
 	return events.AddHandlers(
 		cqrs.NewEventHandler(ReceiptsHandler, a.receipt),
-		cqrs.NewEventHandler(ShippingHandler, func(context.Context, *OrderShipped) error { return nil }),
+		cqrs.NewEventHandler(ShippingHandler, a.ship),
 	)
 }
 
@@ -386,6 +404,16 @@ func (a *App) sendReceipt(ctx context.Context, cmd *SendReceipt) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, "INSERT INTO "+a.Tables.Emails+" (order_id) VALUES ($1)", cmd.OrderID)
+	return err
+}
+
+// ship writes the shipment of the order.
+func (a *App) ship(ctx context.Context, event *OrderShipped) error {
+	tx, err := tx(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO "+a.Tables.Shipments+" (order_id) VALUES ($1)", event.OrderID)
 	return err
 }
 

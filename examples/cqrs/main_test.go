@@ -300,7 +300,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // while; and the acks of some deliveries are dropped. OrderShipped events share the events
 // topic. Then: one invoice, one receipt and one e-mail per order; every order's
 // InvoiceIssued and SendReceipt each under one UUID, whatever was redelivered; the receipt
-// records that UUID; and the inbox holds claims only for the events each handler handles.
+// records that UUID; one shipment per shipped order; and the inbox holds claims only for the
+// events each handler handles.
 func TestCQRS(t *testing.T) {
 	const orders = 60
 	broker := &flakyBroker{failures: 12}
@@ -340,7 +341,7 @@ func sendEveryThirdShipped(t *testing.T, app *App, orders int) (shipped int) {
 		if err := app.CommandBus.Send(inbox.PublishNow(ctx), &IssueInvoice{OrderID: order, AmountCents: int64(100 + i)}); err != nil {
 			t.Fatal(err)
 		}
-		if i%3 == 1 {
+		if shipsEveryThird(i) {
 			shipped++
 			if err := app.EventBus.Publish(inbox.PublishNow(ctx), &OrderShipped{OrderID: order}); err != nil {
 				t.Fatal(err)
@@ -350,9 +351,12 @@ func sendEveryThirdShipped(t *testing.T, app *App, orders int) (shipped int) {
 	return shipped
 }
 
-// checkOneEffectPerOrder asserts one invoice, one receipt and one e-mail per order; every
-// order's InvoiceIssued and SendReceipt each under one UUID, whatever was redelivered; and
-// the receipt recording that UUID.
+// shipsEveryThird says whether TestCQRS ships order number i.
+func shipsEveryThird(i int) bool { return i%3 == 1 }
+
+// checkOneEffectPerOrder asserts one invoice, one receipt and one e-mail per order, and one
+// shipment per shipped order; every order's InvoiceIssued and SendReceipt each under one
+// UUID, whatever was redelivered; and the receipt recording that UUID.
 func checkOneEffectPerOrder(t *testing.T, app *App, broker *flakyBroker, orders int) {
 	t.Helper()
 	invoiceIssued := broker.uuidsByOrder(Marshaler.Name(&InvoiceIssued{}))
@@ -363,6 +367,13 @@ func checkOneEffectPerOrder(t *testing.T, app *App, broker *flakyBroker, orders 
 			if n := app.count(t, table, order); n != 1 {
 				t.Errorf("%s: %d rows in %s, want 1", order, n, table)
 			}
+		}
+		wantShipments := 0
+		if shipsEveryThird(i) {
+			wantShipments = 1
+		}
+		if n := app.count(t, app.Tables.Shipments, order); n != wantShipments {
+			t.Errorf("%s: %d rows in %s, want %d", order, n, app.Tables.Shipments, wantShipments)
 		}
 		if len(invoiceIssued[order]) != 1 || len(sendReceipt[order]) != 1 {
 			t.Errorf("%s: InvoiceIssued published under %d UUIDs, SendReceipt under %d; want one each",

@@ -74,7 +74,7 @@ func (a *App) QueuesEmpty() (bool, error) {
 // DropTables drops the App's tables.
 func (a *App) DropTables(ctx context.Context) error {
 	var errs []error
-	for _, table := range []string{a.Tables.Inbox, a.Tables.Invoices, a.Tables.Receipts, a.Tables.Emails} {
+	for _, table := range []string{a.Tables.Inbox, a.Tables.Invoices, a.Tables.Receipts, a.Tables.Emails, a.Tables.Shipments} {
 		if _, err := a.opts.Pool.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
 			errs = append(errs, err)
 		}

@@ -200,7 +200,11 @@ func NewSystem() *System {
 // middleware stack and the forwarder. wrap, if not nil, decorates the order handler; outer
 // middlewares run outside the whole stack.
 func (s *System) Build(ctx context.Context, pool *pgxpool.Pool, wrap func(func(*message.Message) error) func(*message.Message) error, outer ...message.HandlerMiddleware) error {
-	inboxMiddleware, err := s.createTables(ctx, pool)
+	store, err := s.createTables(ctx, pool)
+	if err != nil {
+		return err
+	}
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: s.Consumer}, nil)
 	if err != nil {
 		return err
 	}
@@ -234,10 +238,10 @@ func (s *System) Build(ctx context.Context, pool *pgxpool.Pool, wrap func(func(*
 	return s.addForwarder(pool)
 }
 
-// createTables creates the inbox table, with the inbox middleware on it, and the invoice
-// table. The invoice table has no UNIQUE constraint on order_id, on purpose: the inbox alone
-// keeps a second invoice out, so counting rows proves it.
-func (s *System) createTables(ctx context.Context, pool *pgxpool.Pool) (message.HandlerMiddleware, error) {
+// createTables creates the inbox table, returning the store on it, and the invoice table.
+// The invoice table has no UNIQUE constraint on order_id, on purpose: the inbox alone keeps
+// a second invoice out, so counting rows proves it.
+func (s *System) createTables(ctx context.Context, pool *pgxpool.Pool) (*sqlinbox.PgxStore, error) {
 	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: s.InboxTable})
 	if err != nil {
 		return nil, err
@@ -248,7 +252,7 @@ func (s *System) createTables(ctx context.Context, pool *pgxpool.Pool) (message.
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+s.InvoiceTable+" (order_id text NOT NULL, amount_cents bigint NOT NULL)"); err != nil {
 		return nil, err
 	}
-	return inbox.NewMiddleware(store, inbox.Config{Consumer: s.Consumer}, nil)
+	return store, nil
 }
 
 // addForwarder creates the outbox table and adds the forwarder, which relays the outbox to

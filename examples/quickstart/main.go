@@ -58,8 +58,7 @@ func run(ctx context.Context, dir string, orders int, out io.Writer) (result, er
 	if err := store.InitializeSchema(ctx); err != nil {
 		return result{}, err
 	}
-	// No UNIQUE on order_id, on purpose: the inbox alone keeps a second invoice out.
-	if _, err := db.ExecContext(ctx, "CREATE TABLE invoices (order_id TEXT NOT NULL, amount_cents INTEGER NOT NULL)"); err != nil {
+	if err := createInvoices(ctx, db); err != nil {
 		return result{}, err
 	}
 
@@ -73,6 +72,13 @@ func run(ctx context.Context, dir string, orders int, out io.Writer) (result, er
 	defer router.Close()
 	<-router.Running()
 	return check(ctx, db, router, pubSub, count, orders, out)
+}
+
+// createInvoices creates the table handleOrder writes to. No UNIQUE on order_id, on
+// purpose: the inbox alone keeps a second invoice out.
+func createInvoices(ctx context.Context, db *sql.DB) error {
+	_, err := db.ExecContext(ctx, "CREATE TABLE invoices (order_id TEXT NOT NULL, amount_cents INTEGER NOT NULL)")
+	return err
 }
 
 // newRouter runs handleOrder on the orders topic behind the inbox, in the recommended
