@@ -107,7 +107,7 @@ type attempt struct {
 	ended      string   // "Commit" or "Rollback": the handler ended the inbox transaction
 	outside    []string // statements on other connections with the message's context
 	txType     string   // the type of the store's transaction (Tx.Driver())
-	countable  bool     // the kit counts statements on it: a pgx.Tx or a *sql.Tx
+	pgx        bool     // the store's transaction is a pgx.Tx, which the kit wraps
 	bound      bool     // a connection of Connector carries the inbox transaction
 
 	// Set by the delivery once the middleware returned (or never, if it hung).
@@ -250,7 +250,7 @@ func (a *attempt) bind() {
 // view is a copy of what an attempt saw, for the checks to read without the lock.
 type view struct {
 	ran, duplicate, reached, bound bool
-	countable                      bool
+	pgx                            bool
 	key, ended, txType             string
 	statements, late, outside      []string
 	phase                          phase
@@ -260,7 +260,7 @@ func (a *attempt) view() view {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return view{ran: a.ran, duplicate: a.duplicate, reached: a.reached, bound: a.bound, key: a.key,
-		ended: a.ended, txType: a.txType, countable: a.countable, phase: a.phase,
+		ended: a.ended, txType: a.txType, pgx: a.pgx, phase: a.phase,
 		statements: append([]string(nil), a.statements...), late: append([]string(nil), a.late...),
 		outside: append([]string(nil), a.outside...)}
 }

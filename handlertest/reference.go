@@ -112,16 +112,17 @@ func (s *session) reference(check bool) (*baseline, bool) {
 	return b, true
 }
 
-// usable checks that the kit can follow the store's transaction: a *sql.Tx only on a
-// *sql.DB opened with OpenDB or on Connector.
+// usable checks that the kit can follow the store's transaction: a pgx.Tx, which it wraps,
+// or a transaction on a *sql.DB opened with OpenDB or on Connector (a *sql.Tx, or a data
+// layer's over one, sqlinbox.Config.Begin), whose connection it sees.
 func (s *session) usable(v view) bool {
 	s.t.Helper()
-	if s.writeBehind() || v.txType != "*sql.Tx" || v.bound {
+	if s.writeBehind() || v.txType == "" || v.pgx || v.bound { // "": nothing was claimed
 		return true
 	}
 	s.report(report{scenario: scenarioReference,
-		what: "the store's transaction is a *sql.Tx on a *sql.DB the kit does not see: open the *sql.DB of the store " +
-			"and of the handler's repositories with handlertest.OpenDB, or with sql.OpenDB(handlertest.Connector(...))"})
+		what: fmt.Sprintf("the store's transaction is a %s on a *sql.DB the kit does not see: open the *sql.DB of the store "+
+			"and of the handler's repositories with handlertest.OpenDB, or with sql.OpenDB(handlertest.Connector(...))", v.txType)})
 	return false
 }
 
@@ -138,9 +139,6 @@ func (s *session) noStatements(v view) string {
 	msg := "the handler never used the inbox transaction: it ran no statement through inbox.TxFromContext's transaction " +
 		"and queued none with inbox.Queue, so the kit has nothing to fail, and whatever the handler writes is outside the " +
 		"inbox transaction (a repository on the pool?)"
-	if !v.countable {
-		msg += fmt.Sprintf("; the kit counts statements through pgx.Tx and *sql.Tx, and the store's transaction is a %s", v.txType)
-	}
 	if len(v.outside) > 0 {
 		msg += "; statements ran on other connections: " + strings.Join(first(v.outside, 3), "; ")
 	}

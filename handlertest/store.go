@@ -2,7 +2,6 @@ package handlertest
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -110,10 +109,9 @@ var _ inbox.StatementQueuer = queuingTx{}
 
 func wrapTx(inner inbox.Tx, a *attempt) inbox.Tx {
 	t := &tx{inner: inner, a: a, driver: inner.Driver()}
-	_, isSQL := t.driver.(*sql.Tx)
 	ptx, isPgx := t.driver.(pgx.Tx)
 	a.mu.Lock()
-	a.txType, a.countable = fmt.Sprintf("%T", t.driver), isSQL || isPgx
+	a.txType, a.pgx = fmt.Sprintf("%T", t.driver), isPgx
 	a.mu.Unlock()
 	if isPgx {
 		t.driver = &pgxTx{inner: ptx, a: a}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/handlertest"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
@@ -311,6 +313,50 @@ func TestHandlerKitRefusesASQLStoreItCannotSee(t *testing.T) {
 		"open the *sql.DB of the store and of the handler's repositories with handlertest.OpenDB"
 	if reports := rec.reports(); len(reports) != 1 || !strings.HasPrefix(reports[0], want) {
 		t.Errorf("reports %q, want one starting %q", reports, want)
+	}
+}
+
+// The same for a store whose data layer begins its transactions (sqlinbox.Config.Begin): the
+// report names the data layer's type; on a *sql.DB opened through the kit the same handler
+// passes, its statements counted through the data layer's transaction.
+func TestHandlerKitFollowsConfigBeginOnlyOnItsOwnPool(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		open func(t *testing.T, path string) *sql.DB
+		want string
+	}{
+		{"plain pool", func(t *testing.T, path string) *sql.DB { return openSQL(t, "sqlite", "file:"+path) },
+			"handlertest: reference: the store's transaction is a *integration.appTx on a *sql.DB the kit does not see"},
+		{"the kit's pool", func(t *testing.T, path string) *sql.DB {
+			db, err := handlertest.OpenDB("sqlite", "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return db
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := c.open(t, filepath.Join(t.TempDir(), "begin.db")+"?_pragma=busy_timeout(250)")
+			f := sqlKitFixture(t, "database-sql/sqlite, Config.Begin", db, sqlinbox.SQLite(), sqlinbox.Config{Begin: beginApp(db)})
+			rec := &recordingTB{t: t}
+			kc := f.kitCase(t, func(msg *message.Message) ([]*message.Message, error) {
+				tx, ok := inbox.TxFromContext[*appTx](msg.Context())
+				if !ok {
+					return nil, errNoTx
+				}
+				_, err := tx.ExecContext(msg.Context(), "INSERT INTO "+f.invoices+" (order_id, cents) VALUES (?, ?)", msg.UUID, 1250)
+				return nil, err
+			}, false)
+			kc.Probe = nil // the handler calls no external system
+			handlertest.Run(rec, kc)
+			reports := rec.reports()
+			switch {
+			case c.want == "" && len(reports) > 0:
+				t.Errorf("reports %q, want none", reports)
+			case c.want != "" && (len(reports) != 1 || !strings.HasPrefix(reports[0], c.want)):
+				t.Errorf("reports %q, want one starting %q", reports, c.want)
+			}
+		})
 	}
 }
 
