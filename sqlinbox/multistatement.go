@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
@@ -37,6 +39,9 @@ var (
 	_ inbox.Store            = (*MultiStatementStore)(nil)
 	_ inbox.WriteBehindStore = (*MultiStatementStore)(nil)
 	_ Cleaner                = (*MultiStatementStore)(nil)
+	_ countedCleaner         = (*MultiStatementStore)(nil)
+	_ countedCleaner         = (*SQLStore)(nil)
+	_ countedCleaner         = (*PgxStore)(nil)
 )
 
 // NewMultiStatement opens a pool on connector and returns a store on it that sends each
@@ -84,6 +89,11 @@ func (s *MultiStatementStore) CheckTable(ctx context.Context) error { return s.s
 // Cleanup implements Cleaner, as SQLStore.Cleanup.
 func (s *MultiStatementStore) Cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig) (int64, error) {
 	return s.store.Cleanup(ctx, olderThan, config)
+}
+
+// cleanup is Cleanup with a RetentionRunner's counter, made once for all its passes.
+func (s *MultiStatementStore) cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig, rowsCleaned metric.Int64Counter) (int64, error) {
+	return s.store.cleanup(ctx, olderThan, config, rowsCleaned)
 }
 
 // CountExpired is SQLStore.CountExpired.
