@@ -30,6 +30,9 @@ var documentedCommands = []struct {
 	{pattern: `^go get github\.com/inboxkit/watermill-inbox(@\S+)?$`, release: `"get", library+"@"+version`},
 	{pattern: `^go install github\.com/inboxkit/watermill-inbox/cmd/watermill-inbox@\S+$`, release: `"install", cli+"@"+version`},
 	{pattern: `^go install \./cmd/watermill-inbox$`, ci: `GOBIN="$(mktemp -d)" go install ./cmd/watermill-inbox`},
+	// The Install section's recipe for a local clone, run as written outside the repository.
+	{pattern: `^go mod edit -require github\.com/inboxkit/watermill-inbox@v0\.0\.0-00010101000000-000000000000 -replace github\.com/inboxkit/watermill-inbox=\.\./watermill-inbox$`, test: "TestInstallFromALocalClone"},
+	{pattern: `^go mod tidy$`, test: "TestInstallFromALocalClone"},
 	// Run as written, in order, against SQLite.
 	{pattern: `^go run \./cmd/watermill-inbox (schema|migrate|check|cleanup|stats) `, test: "TestDocumentedCommands"},
 	// goose's and golang-migrate's commands front their libraries, which the test runs
