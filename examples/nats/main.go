@@ -1,6 +1,7 @@
 // Command nats runs an order handler behind the inbox on NATS JetStream, with PostgreSQL as
-// the database. It publishes orders 1-3 times each and fails unless every order got exactly
-// one invoice (demo.go).
+// the database, as a team lays it out: a stream named apart from its dotted subjects (ORDERS
+// for orders.>), and three handlers of orders.paid on one durable consumer. It publishes
+// orders 1-3 times each and fails unless every order got exactly one invoice (demo.go).
 //
 //	go run ./examples/nats -nats nats://127.0.0.1:4222
 package main
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -41,10 +43,30 @@ func main() {
 	}
 }
 
-// run opens the broker and the database, builds the router with the inbox, and has the
-// demo publish the orders and check the invoices; it removes what it created when it ends.
+// handlers is how many router handlers consume the orders: the durable consumer shares its
+// messages among them, and inbox.Config{Consumer: "billing"} in newRouter makes them one
+// inbox consumer, so a copy that reaches another handler is still a duplicate.
+const handlers = 3
+
+// run opens the broker and the database, creates the stream, builds the router with the
+// inbox and has the demo publish the orders and check the invoices; it removes what it
+// created when it ends.
 func run(ctx context.Context, natsURL, postgres string, orders int, out io.Writer) (err error) {
-	subscriber, err := newSubscriber(natsURL, 30*time.Second)
+	pool, err := pgxpool.New(ctx, postgres)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	d := newDemo(pool)
+	defer func() { err = errors.Join(err, d.dropTables(ctx)) }()
+	// The run's own ORDERS and orders.paid; the demo publishes to d.topic, newRouter reads it.
+	stream, subject := ordersStream(d.topic)
+	d.topic = subject
+	if err := createStream(ctx, natsURL, stream); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, removeStream(ctx, natsURL, stream.Name)) }()
+	subscriber, err := newSubscriber(natsURL, stream.Name, 30*time.Second)
 	if err != nil {
 		return err
 	}
@@ -53,53 +75,76 @@ func run(ctx context.Context, natsURL, postgres string, orders int, out io.Write
 		return err
 	}
 	defer publisher.Close()
-	pool, err := pgxpool.New(ctx, postgres)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	d := newDemo(pool)
-	defer func() { err = errors.Join(err, d.dropTables(ctx), removeStream(ctx, natsURL, d.topic)) }()
 	router, err := newRouter(ctx, pool, subscriber, d)
 	if err != nil {
 		return err
 	}
+	for i := 2; i <= handlers; i++ { // newRouter added the first
+		router.AddConsumerHandler(fmt.Sprintf("billing_%d", i), d.topic, subscriber, d.countRuns(handleOrder(d.invoiceTable)))
+	}
 	return d.run(ctx, router, publisher, orders, out)
 }
 
-// newSubscriber consumes the topic's stream through the durable consumer "billing". All
-// subscribers of that consumer share its messages. A nack is a NAK, which JetStream
-// redelivers at once; a message not acked within ackWait (a consumer that died) is
-// redelivered by JetStream to any subscriber of the consumer. ackWait must be longer than
-// the handler takes.
-func newSubscriber(natsURL string, ackWait time.Duration) (*wmjetstream.Subscriber, error) {
+// ordersStream returns the stream that holds the subjects under prefix, and the subject of
+// paid orders. A service passes "orders": the stream ORDERS, with the subjects orders.>,
+// and the subject orders.paid. A stream's name cannot hold a dot, so it is named apart from
+// its subjects, and the publisher publishes to the subject (the topic) as it is. The demo
+// passes its topic, orders_<random>, so that no other run shares the stream or the subject.
+func ordersStream(prefix string) (jetstream.StreamConfig, string) {
+	stream := jetstream.StreamConfig{Name: strings.ToUpper(prefix), Subjects: []string{prefix + ".>"}}
+	return stream, prefix + ".paid"
+}
+
+// createStream creates the stream, or updates it to config: a service does it once, at
+// deployment or start-up, not in each subscriber, since other subjects share the stream.
+func createStream(ctx context.Context, natsURL string, config jetstream.StreamConfig) error {
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, config); err != nil {
+		return fmt.Errorf("create stream %s (nats-server -js): %w", config.Name, err)
+	}
+	return nil
+}
+
+// newSubscriber consumes a subject of the stream through the durable consumer "billing".
+// Every Subscribe, of this subscriber or of another one, joins that consumer, and all of
+// them share its messages. A nack is a NAK, which JetStream redelivers at once; a message
+// not acked within ackWait (a consumer that died) is redelivered by JetStream to any
+// subscriber of the consumer. ackWait must be longer than the handler takes.
+func newSubscriber(natsURL, stream string, ackWait time.Duration) (*wmjetstream.Subscriber, error) {
 	return wmjetstream.NewSubscriber(wmjetstream.SubscriberConfig{
 		URL:                 natsURL,
 		Logger:              watermill.NopLogger{},
 		AckWaitTimeout:      ackWait,
-		ResourceInitializer: durableConsumer("billing", ackWait),
+		ResourceInitializer: durableConsumer(stream, "billing", ackWait),
 		// Fetch one message at a time: JetStream's ack clock runs from delivery, so the
 		// messages of a large buffer could time out behind a slow one and be redelivered.
 		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(1)},
 	})
 }
 
-// durableConsumer creates the stream (named after the topic) and a durable pull consumer.
-// Unlike the plugin's ephemeral default, the consumer outlives the subscriber, so what a
-// stopped subscriber left unacked goes to the next one.
-func durableConsumer(name string, ackWait time.Duration) wmjetstream.ResourceInitializer {
+// durableConsumer creates, or finds, the durable pull consumer name on the stream, which
+// takes the subject the router subscribes to (the topic). Unlike the plugin's ephemeral
+// default, the consumer outlives the subscriber, so what a stopped subscriber left unacked
+// goes to the next one. A durable name is unique in its stream: a handler of another of the
+// stream's subjects needs a consumer of another name.
+func durableConsumer(stream, name string, ackWait time.Duration) wmjetstream.ResourceInitializer {
 	return func(ctx context.Context, js jetstream.JetStream, topic string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-		stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: topic, Subjects: []string{topic}})
-		if err != nil {
-			return nil, nil, fmt.Errorf("create stream %s: %w", topic, err)
-		}
-		consumer, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:   name,
-			AckPolicy: jetstream.AckExplicitPolicy,
-			AckWait:   ackWait,
+		consumer, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable:       name,
+			FilterSubject: topic,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       ackWait,
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("create consumer %s: %w", name, err)
+			return nil, nil, fmt.Errorf("create consumer %s on stream %s: %w", name, stream, err)
 		}
 		return consumer, nil, nil // no cleanup: the consumer stays for the next subscriber
 	}
