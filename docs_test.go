@@ -32,7 +32,12 @@ var documentedCommands = []struct {
 	{pattern: `^go install \./cmd/watermill-inbox$`, ci: `GOBIN="$(mktemp -d)" go install ./cmd/watermill-inbox`},
 	// The Install section's recipe for a local clone, run as written outside the repository.
 	{pattern: `^go mod edit -require github\.com/inboxkit/watermill-inbox@v0\.0\.0-00010101000000-000000000000 -replace github\.com/inboxkit/watermill-inbox=\.\./watermill-inbox$`, test: "TestInstallFromALocalClone"},
-	{pattern: `^go mod tidy$`, test: "TestInstallFromALocalClone"},
+	{pattern: `^go mod tidy$`, test: "TestInstallFromALocalClone"}, // and TestKfakeSnippet
+	// The Kafka example's kfake server for several processes, built as written outside the
+	// repository (go run . serves on a fixed port until interrupted: the test builds it).
+	{pattern: `^go mod init kfake$`, test: "TestKfakeSnippet"},
+	{pattern: `^go mod edit -require github\.com/twmb/franz-go/pkg/kfake@\S+ -require github\.com/twmb/franz-go@\S+ -require github\.com/twmb/franz-go/pkg/kmsg@\S+$`, test: "TestKfakeSnippet"},
+	{pattern: `^go run \.$`, test: "TestKfakeSnippet"},
 	// Run as written, in order, against SQLite.
 	{pattern: `^go run \./cmd/watermill-inbox (schema|migrate|check|cleanup|stats) `, test: "TestDocumentedCommands"},
 	// goose's and golang-migrate's commands front their libraries, which the test runs
