@@ -42,7 +42,8 @@ func (c *scope) end() (queued []Statement, published []published) {
 }
 
 // TxFromContext returns the transaction in which the middleware claimed the message, in the
-// driver's own type: pgx.Tx for a sqlinbox.PgxStore, *sql.Tx for a sqlinbox.SQLStore, or
+// driver's own type: pgx.Tx for a store made by sqlinbox.NewPgx, *sql.Tx for one made by
+// sqlinbox.NewDB or sqlinbox.NewMultiStatement, or
 // the data layer's own type when the store begins its transactions through the data layer
 // (sqlinbox.Config.Begin: *sqlx.Tx, bun.Tx). Writes made through it commit or roll back
 // together with the claim.

@@ -34,10 +34,6 @@ var (
 	// is longer than MaxConsumerLength bytes, not valid UTF-8, or contains a NUL byte.
 	ErrInvalidConsumer = errors.New("inbox: consumer name is not valid")
 
-	// ErrInvalidTableName is returned, wrapped with the name, by the stores in sqlinbox
-	// (sqlinbox.ValidateTableName) for a table name that could carry SQL.
-	ErrInvalidTableName = errors.New("inbox: invalid table name")
-
 	// ErrTxEndedByHandler is wrapped by the error a store's Commit or Rollback returns when
 	// the handler committed or rolled back the inbox transaction itself. The transaction
 	// belongs to the middleware; the message is nacked, and its redelivery is either a

@@ -99,7 +99,7 @@ func Example() {
 func ExampleTxFromContext() {
 	createInvoice := func(msg *message.Message) error {
 		ctx := msg.Context()
-		tx, ok := inbox.TxFromContext[pgx.Tx](ctx) // *sql.Tx for a sqlinbox.SQLStore
+		tx, ok := inbox.TxFromContext[pgx.Tx](ctx) // *sql.Tx for a store made by sqlinbox.NewDB
 		if !ok {
 			return errors.New("no inbox transaction: is the inbox middleware on this handler?")
 		}

@@ -68,7 +68,7 @@ type Config struct {
 	// every store, so one handler runs unchanged on all of them); it writes with Queue and
 	// publishes by returning messages or through a Publisher. When it returns, the claim,
 	// the queued writes, the record of its messages and COMMIT are sent together: one
-	// round trip on a sqlinbox.PgxStore and on a sqlinbox.MultiStatementStore (MySQL). If the
+	// round trip on a store made by sqlinbox.NewPgx or sqlinbox.NewMultiStatement (MySQL). If the
 	// key turns out to be committed already, the handler's writes and messages are
 	// discarded and the message is a duplicate.
 	//

@@ -28,9 +28,9 @@ type StatementQueuer interface {
 //
 // With the default claim-first mode, the statements travel with COMMIT: on pgx a message
 // costs two round trips in all (the claim's and the commit's) however many it queues, and
-// so it does on MySQL with a sqlinbox.MultiStatementStore. In write-behind mode
-// (Config.WriteBehind) they travel with the claim itself: one round trip on pgx and on a
-// sqlinbox.MultiStatementStore.
+// so it does on MySQL with a store made by sqlinbox.NewMultiStatement. In write-behind mode
+// (Config.WriteBehind) they travel with the claim itself: one round trip on pgx and with
+// sqlinbox.NewMultiStatement.
 //
 // Queue returns ErrNoInboxTx for a context that does not come from the inbox middleware, and
 // an error once the handler has returned. Use TxFromContext instead for statements whose

@@ -72,7 +72,7 @@ func snippet(
 	logger watermill.LoggerAdapter,
 	pool *pgxpool.Pool,
 	db *sql.DB,
-	store *sqlinbox.PgxStore,
+	store *sqlinbox.Store,
 	router *message.Router,
 	publisher, amqpPublisher message.Publisher,
 	subscriber message.Subscriber,

@@ -61,8 +61,8 @@ type Tx interface {
 }
 
 // WriteBehindStore is implemented by a Store that can claim, write and commit in one step,
-// for Config.WriteBehind. sqlinbox.PgxStore sends it all as one pipelined batch, and a
-// sqlinbox.MultiStatementStore (MySQL) as one multi-statement request: one round trip. The
+// for Config.WriteBehind. sqlinbox.Store sends it all as one pipelined batch on pgx, and as
+// one multi-statement request on MySQL with sqlinbox.NewMultiStatement: one round trip. The
 // middleware uses Claim and Commit, in the same order, with a Store that does not implement
 // it.
 type WriteBehindStore interface {

@@ -120,7 +120,7 @@ func TestQuickRun(t *testing.T) {
 	// the inbox (BEGIN and the claim share a batch; with WriteBehind, on a store that can
 	// claim and commit in one step, the whole message is one batch).
 	wb := 2.0
-	if _, ok := inbox.Store(&sqlinbox.PgxStore{}).(inbox.WriteBehindStore); ok {
+	if _, ok := inbox.Store(&sqlinbox.Store{}).(inbox.WriteBehindStore); ok {
 		wb = 1
 	}
 	for variant, want := range map[string]float64{vBusiness: 3, vHand: 4, vPiped: 3, vTx: 3, vQueue: 2, vWB: wb, vDup: 2} {

@@ -110,7 +110,7 @@ func runCleanup(ctx context.Context, e *env, rep *report) error {
 func noopHandler(*message.Message) ([]*message.Message, error) { return nil, nil }
 
 // newPgxInbox creates an inbox table under a random name and returns its store.
-func newPgxInbox(ctx context.Context, e *env, prefix string) (string, *sqlinbox.PgxStore, error) {
+func newPgxInbox(ctx context.Context, e *env, prefix string) (string, *sqlinbox.Store, error) {
 	table := e.table("postgres", prefix)
 	store, err := sqlinbox.NewPgx(e.pg, sqlinbox.Config{Table: table})
 	if err != nil {

@@ -53,7 +53,7 @@ type backend struct {
 	delay    time.Duration // added by a delayProxy in each direction; 0: straight to the server
 	rtt      time.Duration // measured round trip of an empty query; 0: in process
 	store    inbox.Store
-	// multiStore, if set, is a sqlinbox.MultiStatementStore: its claim-first mode sends
+	// multiStore, if set, is a store made by sqlinbox.NewMultiStatement: its claim-first mode sends
 	// BEGIN with the claim and the queued statements with COMMIT, its write-behind mode the
 	// whole message as one request. Write-behind runs on it where it is set.
 	multiStore inbox.Store
@@ -174,11 +174,11 @@ func sqlBackend(ctx context.Context, e *env, name string, db *sql.DB, multi driv
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(invoiceDDL, invoices, idType, textType)); err != nil {
 		return nil, err
 	}
-	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: inboxTable})
+	store, err := sqlinbox.NewDB(db, dialect, sqlinbox.Config{Table: inboxTable})
 	if err != nil {
 		return nil, err
 	}
-	hand, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: handTable})
+	hand, err := sqlinbox.NewDB(db, dialect, sqlinbox.Config{Table: handTable})
 	if err != nil {
 		return nil, err
 	}

@@ -121,7 +121,7 @@ var scenarios = []struct{ name, title, description string }{
 			"Every handler runs the same business INSERT. *no dedup*: the handler's own transaction. *Deduplicator (memory)*: Watermill's " +
 			"`middleware.Deduplicator` keyed by UUID with its in-memory repository, not durable. *inbox*: this middleware, INSERT through `TxFromContext`. Loopback."},
 	{"cleanup", "3. Cleanup: retention while claims run",
-		"An inbox filled with expired rows in chunks of different ages; each round `PgxStore.Cleanup` deletes one chunk while the workers claim " +
+		"An inbox filled with expired rows in chunks of different ages; each round `Store.Cleanup` deletes one chunk while the workers claim " +
 			"into the same table, against the same claims alone, interleaved. Loopback."},
 	{"produced", "4. Produced messages: 1 output vs 0",
 		"The handler INSERTs through `TxFromContext` and returns 0 or 1 message (100 bytes, two metadata entries), recorded with the claim. Loopback."},

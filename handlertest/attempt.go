@@ -275,11 +275,15 @@ func (a *attempt) produced() []Published {
 	return append(out, a.sent...)
 }
 
-// isEndText reports whether a statement text ends a transaction (a MultiStatementStore ends
+// isEndText reports whether a statement text ends a transaction (a multi-statement store ends
 // its transactions with such requests, not through driver.Tx).
 func isEndText(query string) bool {
 	q := strings.ToUpper(strings.TrimRight(strings.TrimSpace(query), "; \t\r\n"))
-	return q == "COMMIT" || q == "ROLLBACK" || strings.HasSuffix(q, "; COMMIT")
+	if q == "COMMIT" || q == "ROLLBACK" {
+		return true
+	}
+	last := strings.LastIndexByte(q, ';')
+	return last >= 0 && strings.TrimSpace(q[last+1:]) == "COMMIT"
 }
 
 // isBeginText reports whether a statement text begins a transaction.

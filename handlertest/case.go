@@ -28,7 +28,7 @@ type Case struct {
 	Handler message.HandlerFunc
 
 	// Store is the inbox store, on the real database the handler writes to. A database/sql
-	// store (sqlinbox.New) must run on a *sql.DB opened with OpenDB or on Connector, and so
+	// store (sqlinbox.NewDB) must run on a *sql.DB opened with OpenDB or on Connector, and so
 	// must the handler's repositories: the kit counts and fails statements there. A pgx
 	// store (sqlinbox.NewPgx) needs nothing more: the kit hands the handler a pgx.Tx of its
 	// own that counts and fails statements.

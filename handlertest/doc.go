@@ -12,7 +12,7 @@
 //	func TestBillingHandler(t *testing.T) {
 //		handlertest.Run(t, handlertest.Case{
 //			Handler:  billing.Handle,
-//			Store:    store,    // sqlinbox.NewPgx(pool, ...) or sqlinbox.New(db, ...)
+//			Store:    store,    // sqlinbox.NewPgx(pool, ...) or sqlinbox.NewDB(db, ...)
 //			Config:   inbox.Config{Consumer: "billing", Publisher: publisher},
 //			Message:  orderMessage,
 //			Snapshot: readInvoices, // func(ctx) (any, error)

@@ -48,8 +48,8 @@ type Harness struct {
 	Placeholders func(query string) string
 
 	// NewStore builds another store on the same database, on the inbox table table, or fails
-	// with an error wrapping inbox.ErrInvalidTableName for a name that could carry SQL. Nil:
-	// the suite does not check table names.
+	// for a name that could carry SQL (sqlinbox's constructors fail with an error wrapping
+	// sqlinbox.ErrInvalidTableName). Nil: the suite does not check table names.
 	NewStore func(table string) (inbox.Store, error)
 
 	// CommitFaults each make the coming COMMIT of the inbox transaction fail when called

@@ -142,7 +142,7 @@ func stdlibPostgresBackendAt(t *testing.T, storeURL string) *backend {
 	b.retentionSQL = postgresRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
 	b.retriable = func(error) bool { return false }
-	if err := b.store.(*sqlinbox.SQLStore).InitializeSchema(ctx); err != nil {
+	if err := b.store.(*sqlinbox.Store).InitializeSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
 	postgresFaults(t, b)
@@ -228,7 +228,7 @@ func sqliteBackend(t *testing.T) *backend {
 		}
 	}
 	b.retriable = func(err error) bool { return strings.Contains(err.Error(), "SQLITE_BUSY") }
-	if err := b.store.(*sqlinbox.SQLStore).InitializeSchema(ctx); err != nil {
+	if err := b.store.(*sqlinbox.Store).InitializeSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
 	createBusinessTable(t, b)
@@ -255,9 +255,9 @@ type schemaStore interface {
 	InitializeSchema(ctx context.Context) error
 }
 
-// plainStores makes stores with sqlinbox.New on db.
+// plainStores makes stores with sqlinbox.NewDB on db.
 func plainStores(db *sql.DB, dialect sqlinbox.Dialect) storeMaker {
-	return func(config sqlinbox.Config) (inbox.Store, error) { return sqlinbox.New(db, dialect, config) }
+	return func(config sqlinbox.Config) (inbox.Store, error) { return sqlinbox.NewDB(db, dialect, config) }
 }
 
 // multiStatementStores makes stores with sqlinbox.NewMultiStatement, each on a pool of its
@@ -282,7 +282,7 @@ func sqlBackend(t *testing.T, newStore storeMaker, direct *sql.DB, dialect sqlin
 	if err != nil {
 		t.Fatal(err)
 	}
-	dollar := dialect.Name == sqlinbox.Postgres().Name
+	dollar := dialect.Name() == sqlinbox.Postgres().Name()
 	placeholders := func(query string) string { return query }
 	if dollar {
 		placeholders = inboxtest.DollarPlaceholders

@@ -38,12 +38,12 @@ func TestStoreConformanceWithConfigBegin(t *testing.T) {
 			inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness {
 				b := backends[name](t)
 				db := b.direct.(sqlRunner).q.(*sql.DB)
-				store, err := sqlinbox.New(db, b.dialect, sqlinbox.Config{Table: b.table, Begin: beginApp(db)})
+				store, err := sqlinbox.NewDB(db, b.dialect, sqlinbox.Config{Table: b.table, Begin: beginApp(db)})
 				if err != nil {
 					t.Fatal(err)
 				}
 				b.store = store
-				dollar := b.dialect.Name == sqlinbox.Postgres().Name
+				dollar := b.dialect.Name() == sqlinbox.Postgres().Name()
 				b.inTx = func(ctx context.Context) (runner, bool) {
 					tx, ok := inbox.TxFromContext[*appTx](ctx)
 					if !ok {
@@ -81,7 +81,7 @@ func TestConfigBeginBadInput(t *testing.T) {
 			func(tx *appTx) *sql.Tx { return tx.Tx }),
 	} {
 		t.Run(name, func(t *testing.T) {
-			store, err := sqlinbox.New(db, b.dialect, sqlinbox.Config{Table: b.table, Begin: begin})
+			store, err := sqlinbox.NewDB(db, b.dialect, sqlinbox.Config{Table: b.table, Begin: begin})
 			if err != nil {
 				t.Fatal(err)
 			}

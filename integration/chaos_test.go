@@ -172,7 +172,7 @@ func chaosStdlibPostgresAt(t *testing.T, storeURL string) *chaosDB {
 	db.newStore = func(t *testing.T) inbox.Store {
 		db := openSQL(t, "pgx", proxiedURL)
 		db.SetMaxOpenConns(chaosPoolSize)
-		store, err := sqlinbox.New(db, sqlinbox.Postgres(), sqlinbox.Config{Table: b.table})
+		store, err := sqlinbox.NewDB(db, sqlinbox.Postgres(), sqlinbox.Config{Table: b.table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func chaosMariaDBMultiStatementsQueued(t *testing.T) *chaosDB {
 }
 
 // chaosMariaDBWith makes each router's store with sqlinbox.NewMultiStatement when
-// multiStatements is set, with sqlinbox.New otherwise.
+// multiStatements is set, with sqlinbox.NewDB otherwise.
 func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 	b := mysqlBackend(t)
 	dsn := testenv.MySQLDSN(t)
@@ -278,7 +278,7 @@ func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 			db := sql.OpenDB(connector)
 			db.SetMaxOpenConns(chaosPoolSize)
 			t.Cleanup(func() { db.Close() })
-			store, err := sqlinbox.New(db, sqlinbox.MySQL(), config)
+			store, err := sqlinbox.NewDB(db, sqlinbox.MySQL(), config)
 			if err != nil {
 				t.Fatal(err)
 			}

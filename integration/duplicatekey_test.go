@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
@@ -27,12 +26,12 @@ func TestDuplicateKeyIsThePrimaryKeyOnly(t *testing.T) {
 			}
 			// The key's name, as a store's table check reads it: InitializeSchema made the
 			// table, so it is PostgreSQL's default (MySQL's is PRIMARY, SQLite's has none).
-			if dialect.Name == sqlinbox.Postgres().Name {
+			if dialect.Name() == sqlinbox.Postgres().Name() {
 				table.PrimaryKey = b.table + "_pkey"
 			}
-			insert := fmt.Sprintf(dialect.Insert, table.Quoted)
+			insert := dialect.InsertClaim(table)
 			mustExec(t, b.direct, "CREATE UNIQUE INDEX "+b.table+"_hash ON "+b.table+" (payload_hash)")
-			if err := b.direct.exec(ctx, insert, "billing", "order-1", []byte{1}); err != nil {
+			if err := b.direct.exec(ctx, insert, params(dialect, "billing", "order-1", []byte{1})...); err != nil {
 				t.Fatal(err)
 			}
 			for _, tc := range []struct {
@@ -44,7 +43,7 @@ func TestDuplicateKeyIsThePrimaryKeyOnly(t *testing.T) {
 				{"another key with a payload_hash a unique index holds", []any{"billing", "order-2", []byte{1}}, false},
 				{"a NULL consumer", []any{nil, "order-3", []byte{3}}, false},
 			} {
-				err := b.direct.exec(ctx, insert, tc.args...)
+				err := b.direct.exec(ctx, insert, params(dialect, tc.args...)...)
 				if err == nil {
 					t.Errorf("%s: the insert succeeded", tc.what)
 					continue
@@ -55,4 +54,13 @@ func TestDuplicateKeyIsThePrimaryKeyOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// params returns values as dialect's statements take the inbox's own values.
+func params(dialect sqlinbox.Dialect, values ...any) []any {
+	out := make([]any, len(values))
+	for i, v := range values {
+		out[i] = dialect.Param(v)
+	}
+	return out
 }

@@ -19,7 +19,7 @@ import (
 // its invoice, so that nearly every transaction conflicts with another node's write-set. A
 // node that aborts a transaction partway through a request runs the rest of the request in
 // autocommit: the library used to ack messages with no claim and no invoice, and to commit
-// invoices twice. In every mode of a MultiStatementStore the run must end one of two ways: refused
+// invoices twice. In every mode of a multi-statement store the run must end one of two ways: refused
 // loudly at the first claim, with nothing written by any of the 2,000, or exactly once (one
 // claim and one invoice per order, the counter at 2,000).
 func TestGaleraMultiStatementsHotRowIsRefusedOrExactlyOnce(t *testing.T) {
@@ -77,7 +77,7 @@ func galeraRetriable(err error) bool {
 	return n == errDeadlock || n == errLockWaitTimeout
 }
 
-// checkRefusal fails t unless err refuses a MultiStatementStore saying which mode, why and
+// checkRefusal fails t unless err refuses a multi-statement store saying which mode, why and
 // what to use instead.
 func checkRefusal(t *testing.T, err error, mode string) {
 	t.Helper()
@@ -85,7 +85,7 @@ func checkRefusal(t *testing.T, err error, mode string) {
 		mode,
 		"wsrep_on = ON",
 		"another node's write-set aborts runs the rest of its request in autocommit",
-		"make the store with sqlinbox.New",
+		"make the store with sqlinbox.NewDB",
 		"the default claim-first mode is exactly once on Galera",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -94,7 +94,7 @@ func checkRefusal(t *testing.T, err error, mode string) {
 	}
 }
 
-// Bad input: a MultiStatementStore on a Galera node, in each of its modes, fails every
+// Bad input: a multi-statement store on a Galera node, in each of its modes, fails every
 // message with ErrMultiStatementRefused, naming the mode and the alternative; the handler does
 // not run behind the refused claim, nothing is written, and the refusal is logged once per
 // store, not per message. It is never a silent fallback to a statement at a time.

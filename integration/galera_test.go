@@ -41,18 +41,18 @@ var galeraModes = []galeraMode{
 	{name: "write-behind", writeBehind: true},
 }
 
-// galeraMultiStatementModes are the modes of a MultiStatementStore, which a Galera node
+// galeraMultiStatementModes are the modes of a multi-statement store, which a Galera node
 // refuses, with the name the refusal gives each.
 var galeraMultiStatementModes = []struct {
 	galeraMode
 	refusal string
 }{
 	{galeraMode{name: "write-behind/multi-statement", writeBehind: true, multiStatement: true},
-		"write-behind mode on a MultiStatementStore"},
+		"write-behind mode on a multi-statement store"},
 	{galeraMode{name: "claim-first/multi-statement", multiStatement: true},
-		"the claim-first mode on a MultiStatementStore"},
+		"the claim-first mode on a multi-statement store"},
 	{galeraMode{name: "claim-first/multi-statement/queued", multiStatement: true, queue: true},
-		"the claim-first mode on a MultiStatementStore"},
+		"the claim-first mode on a multi-statement store"},
 }
 
 // galeraTables is one test's inbox table, invoice table and counter row on the cluster.
@@ -108,7 +108,7 @@ func (c *galeraTables) store(t *testing.T, node int, m galeraMode, logger waterm
 	params := "parseTime=true&interpolateParams=true"
 	config := sqlinbox.Config{Table: c.table, Logger: logger}
 	if !m.multiStatement {
-		store, err := sqlinbox.New(openSQL(t, "mysql", c.g.Nodes[node].DSN(params)), sqlinbox.MySQL(), config)
+		store, err := sqlinbox.NewDB(openSQL(t, "mysql", c.g.Nodes[node].DSN(params)), sqlinbox.MySQL(), config)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func (c *galeraTables) store(t *testing.T, node int, m galeraMode, logger waterm
 	return store
 }
 
-// galeraStore is a SQLStore or a MultiStatementStore.
+// galeraStore is a store made by NewDB or NewMultiStatement.
 type galeraStore interface {
 	inbox.Store
 	InitializeSchema(ctx context.Context) error

@@ -181,7 +181,7 @@ var kitBackends = []struct {
 	}},
 }
 
-// multiStatementsKitFixture is MariaDB's MultiStatementStore, its pool opened on the kit's
+// multiStatementsKitFixture is MariaDB's multi-statement store, its pool opened on the kit's
 // Connector as Connector's documentation says.
 func multiStatementsKitFixture(t *testing.T) *kitFixture {
 	connector := handlertest.Connector(mysqlConnector(t, testenv.MySQLDSN(t)+"&multiStatements=true"))
@@ -245,7 +245,7 @@ func pgxKitFixture(t *testing.T) *kitFixture {
 
 func sqlKitFixture(t *testing.T, name string, db *sql.DB, dialect sqlinbox.Dialect, config sqlinbox.Config) *kitFixture {
 	config.Table = testenv.Name("kit_inbox")
-	store, err := sqlinbox.New(db, dialect, config)
+	store, err := sqlinbox.NewDB(db, dialect, config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func sqlKitFixtureFor(t *testing.T, name string, db *sql.DB, store schemaInboxSt
 	if err := store.InitializeSchema(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	dollar := dialect.Name == sqlinbox.Postgres().Name
+	dollar := dialect.Name() == sqlinbox.Postgres().Name()
 	f := &kitFixture{
 		name: name, store: store, pool: sqlRunner{db, dollar},
 		placeholders: func(q string) string { return q },

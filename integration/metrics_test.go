@@ -112,7 +112,7 @@ func TestCleanupMetric(t *testing.T) {
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 
-	store := b.store.(*sqlinbox.SQLStore)
+	store := b.store.(*sqlinbox.Store)
 	deleted, err := store.Cleanup(context.Background(), time.Hour, sqlinbox.CleanupConfig{BatchSize: 2, MeterProvider: provider})
 	if err != nil || deleted != 3 {
 		t.Fatalf("Cleanup = %d, %v; want 3 rows", deleted, err)
@@ -169,7 +169,7 @@ func TestRetentionRunnerMeterProvider(t *testing.T) {
 	provider := &countingProvider{MeterProvider: sdk}
 
 	passes := make(chan int64, 1024) // rows deleted by each finished pass
-	runner, err := sqlinbox.NewRetentionRunner(b.store.(*sqlinbox.SQLStore), sqlinbox.RetentionConfig{
+	runner, err := sqlinbox.NewRetentionRunner(b.store.(*sqlinbox.Store), sqlinbox.RetentionConfig{
 		Retention: time.Hour, Interval: time.Millisecond,
 		Cleanup: sqlinbox.CleanupConfig{BatchSize: 2, MeterProvider: provider,
 			Progress: func(p sqlinbox.CleanupProgress) {

@@ -64,7 +64,7 @@ func openGoose(t *testing.T, dialect sqlinbox.Dialect, driver, dsn string, fsys 
 	t.Helper()
 	gooseDialect := map[string]goose.Dialect{
 		"postgres": goose.DialectPostgres, "mysql": goose.DialectMySQL, "sqlite": goose.DialectSQLite3,
-	}[dialect.Name]
+	}[dialect.Name()]
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func openGolangMigrate(t *testing.T, dialect sqlinbox.Dialect, driver, dsn strin
 	}
 	versions := versionTable(t, driver, dsn)
 	var database migratedb.Driver
-	switch dialect.Name {
+	switch dialect.Name() {
 	case "postgres":
 		database, err = migratepgx.WithInstance(db, &migratepgx.Config{MigrationsTable: versions})
 	case "mysql":
@@ -117,7 +117,7 @@ func openGolangMigrate(t *testing.T, dialect sqlinbox.Dialect, driver, dsn strin
 		db.Close()
 		t.Fatal(err)
 	}
-	m, err := migrate.NewWithInstance("iofs", source, dialect.Name, database)
+	m, err := migrate.NewWithInstance("iofs", source, dialect.Name(), database)
 	if err != nil {
 		db.Close()
 		t.Fatal(err)
@@ -204,10 +204,10 @@ func runMigrationTarget(t *testing.T, target migrationTarget) {
 	}
 	first := backendsOf[stores[0]]
 	table := "billing_inbox"
-	switch first.dialect.Name {
-	case sqlinbox.Postgres().Name:
+	switch first.dialect.Name() {
+	case sqlinbox.Postgres().Name():
 		table = createSchema(t, first, "DROP SCHEMA IF EXISTS %s CASCADE") + ".billing_inbox"
-	case sqlinbox.MySQL().Name:
+	case sqlinbox.MySQL().Name():
 		table = createSchema(t, first, "DROP DATABASE IF EXISTS %s") + ".billing_inbox"
 	}
 

@@ -202,7 +202,8 @@ func TestRetentionDeletesOnlyExpiredClaims(t *testing.T) {
 // lockingBackend reports whether the backend's cleanup takes a lock (all but SQLite, whose
 // single writer serialises the batches).
 func lockingBackend(b *backend) bool {
-	return b.dialect.CleanupTxLock != "" || b.dialect.CleanupLock != ""
+	take, _, _ := b.dialect.CleanupLock(sqlinbox.Table{Name: b.table, Quoted: b.table})
+	return take != ""
 }
 
 // A cleanup held in the middle of its pass keeps every other cleanup of the table out:

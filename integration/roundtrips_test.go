@@ -175,12 +175,12 @@ func namesStatements(mode pgx.QueryExecMode) bool {
 	return mode == pgx.QueryExecModeCacheStatement || mode == pgx.QueryExecModeCacheDescribe
 }
 
-// On a MultiStatementStore a write-behind message on MariaDB is one multi-statement request:
-// one round trip, where a store made by New sends BEGIN, the claim, the handler's INSERT and
+// On a multi-statement store a write-behind message on MariaDB is one multi-statement request:
+// one round trip, where a store made by NewDB sends BEGIN, the claim, the handler's INSERT and
 // COMMIT. A duplicate sends the request, then ROLLBACK and the read of the record in a second
 // one. Its claim-first mode sends START TRANSACTION with the claim, and the queued statements
 // and the record with COMMIT: 3 round trips with the handler's own statement, 2 with it
-// queued, 2 for a duplicate. A store made by New sends 4 in every mode.
+// queued, 2 for a duplicate. A store made by NewDB sends 4 in every mode.
 func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 	b := mysqlBackend(t)
 	config, err := mysql.ParseDSN(testenv.MySQLDSN(t))
@@ -220,7 +220,7 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 			}
 			t.Cleanup(func() { multiDB.Close() })
 			store = multi
-		} else if store, err = sqlinbox.New(db, sqlinbox.MySQL(), config); err != nil {
+		} else if store, err = sqlinbox.NewDB(db, sqlinbox.MySQL(), config); err != nil {
 			t.Fatal(err)
 		}
 		// The store's one table check, before counting: it is not a per-message cost.
@@ -279,13 +279,13 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 	}{
 		{"write-behind first delivery", writeBehind, firsts, 1},
 		{"write-behind duplicate", writeBehind, firsts, 2},
-		{"write-behind first delivery on a store made by New", handler(mode{writeBehind: true}), newKeys(), 4},
+		{"write-behind first delivery on a store made by NewDB", handler(mode{writeBehind: true}), newKeys(), 4},
 		{"claim-first, handler uses the transaction", claimFirst, claimFirstKeys, 3},
 		{"claim-first duplicate", claimFirst, claimFirstKeys, 2},
 		{"claim-first, handler queues its write", handler(mode{multi: true, queue: true}), newKeys(), 2},
 		{"claim-first with LockTimeout (it travels in the claim's request)", handler(mode{multi: true, lockTimeout: time.Second}), newKeys(), 3},
-		{"claim-first on a store made by New", handler(mode{}), newKeys(), 4},
-		{"claim-first on a store made by New, handler queues its write", handler(mode{queue: true}), newKeys(), 4},
+		{"claim-first on a store made by NewDB", handler(mode{}), newKeys(), 4},
+		{"claim-first on a store made by NewDB, handler queues its write", handler(mode{queue: true}), newKeys(), 4},
 	} {
 		if got := perMessage(tc.h, tc.keys); got != tc.want {
 			t.Errorf("%s: %.2f round trips a message, want %.0f", tc.name, got, tc.want)

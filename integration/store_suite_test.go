@@ -38,7 +38,7 @@ func TestStoreConformanceWriteBehind(t *testing.T) {
 }
 
 // The suite again with the handlers queueing their writes in the claim-first mode: the
-// statements travel with COMMIT (one batch on pgx, one multi-statement request on MariaDB's MultiStatementStore).
+// statements travel with COMMIT (one batch on pgx, one multi-statement request on MariaDB's multi-statement store).
 func TestStoreConformanceQueued(t *testing.T) {
 	runSuite(t, inboxtest.Options{Queue: true})
 }

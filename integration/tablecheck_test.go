@@ -91,14 +91,14 @@ var checkedBackends = []string{"pgx/postgres", "database-sql/postgres", "databas
 // shape does not exist on b's database.
 func createShape(t *testing.T, b *backend, shape tableShape) (table string, ok bool) {
 	t.Helper()
-	ddl, ok := shape.ddl[b.dialect.Name]
+	ddl, ok := shape.ddl[b.dialect.Name()]
 	if !ok {
 		return "", false
 	}
 	table = testenv.Name("inbox")
 	ctx := context.Background()
 	collation := ""
-	if b.dialect.Name == sqlinbox.Postgres().Name {
+	if b.dialect.Name() == sqlinbox.Postgres().Name() {
 		collation = testenv.Name("ci")
 		mustExec(t, b.direct, "CREATE COLLATION "+collation+" (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
 		// The extension stays: other tests may use it at the same time.
@@ -162,7 +162,7 @@ func deliverAll(t *testing.T, b *backend, store inbox.Store, writeBehind bool) (
 // collation).
 func effects(t *testing.T, b *backend) string {
 	where := "WHERE consumer = ? AND msg_key = ?"
-	if b.dialect.Name == sqlinbox.MySQL().Name {
+	if b.dialect.Name() == sqlinbox.MySQL().Name() {
 		where = "WHERE consumer = ? AND BINARY msg_key = ?"
 	}
 	return fmt.Sprintf("billing Order-A %d, billing order-a %d, shipping Order-A %d",
@@ -210,8 +210,8 @@ func TestRefusesTablesThatCannotGuard(t *testing.T) {
 						if !errors.Is(err, sqlinbox.ErrTableMismatch) || !strings.Contains(err.Error(), shape.want) {
 							t.Errorf("InitializeSchema: err = %v, want ErrTableMismatch saying %q", err, shape.want)
 						}
-						if quoted, _ := b.dialect.QuoteTable(table); err != nil && !strings.Contains(err.Error(), "table "+quoted+" cannot guard") {
-							t.Errorf("InitializeSchema: err = %v, want it to name the table %s", err, quoted)
+						if parsed, _ := b.dialect.ParseTable(table); err != nil && !strings.Contains(err.Error(), "table "+parsed.Quoted+" cannot guard") {
+							t.Errorf("InitializeSchema: err = %v, want it to name the table %s", err, parsed.Quoted)
 						}
 						if err := b.direct.exec(context.Background(), "DELETE FROM "+b.business); err != nil {
 							t.Fatal(err)

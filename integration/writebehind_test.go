@@ -144,7 +144,7 @@ func waitForLockWaiter(t *testing.T, direct runner, table string, delivered <-ch
 	}
 }
 
-// A MultiStatementStore on a connector without multiStatements=true: every message fails
+// A multi-statement store on a connector without multiStatements=true: every message fails
 // with an error that names the DSN settings, in both modes, and nothing commits.
 func TestMultiStatementStoreWithoutTheDriverSettingIsAnError(t *testing.T) {
 	b := mysqlBackend(t) // its DSN does not set multiStatements

@@ -6,7 +6,7 @@ import (
 	"errors"
 )
 
-// Begin begins the inbox transaction of a store made by New, in place of the store's own
+// Begin begins the inbox transaction of a store made by NewDB, in place of the store's own
 // db.BeginTx, so that the application's data layer begins it: handlers then get the data
 // layer's own transaction value from inbox.TxFromContext, built by that library with its
 // mapper, hooks and savepoints, instead of a bare *sql.Tx. handle is what handlers get; tx is

@@ -14,7 +14,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// Micro-benchmarks of one message at a time through the middleware over a PgxStore: time
+// Micro-benchmarks of one message at a time through the middleware over a pgx store: time
 // and allocations per message, for go test -bench . ./sqlinbox/. What the inbox
 // costs next to the same work without it, at several round-trip times and worker counts, is
 // measured by the benchmark program in bench/ (go run ./bench).

@@ -32,7 +32,7 @@ type Config struct {
 	// and one statement with database/sql.
 	LockTimeout time.Duration
 
-	// Begin, for a store made by New, begins each message's transaction with the
+	// Begin, for a store made by NewDB, begins each message's transaction with the
 	// application's data layer instead of db.BeginTx, so that handlers get the data layer's
 	// own transaction type (see Begin and BeginWith: *sqlx.Tx, bun.Tx). Default: db.BeginTx,
 	// and handlers get the *sql.Tx. NewMultiStatement refuses it (its messages begin in a
@@ -40,7 +40,7 @@ type Config struct {
 	Begin Begin
 
 	// Logger receives, at error level, each check that refuses the inbox table (see
-	// ErrTableMismatch) and the check that refuses a MultiStatementStore on this server (see
+	// ErrTableMismatch) and the check that refuses NewMultiStatement's store on this server (see
 	// ErrMultiStatementRefused): once per check, not once per message. Default:
 	// watermill.NopLogger{}.
 	Logger watermill.LoggerAdapter

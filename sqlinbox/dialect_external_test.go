@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,15 +22,30 @@ import (
 )
 
 // aliasDialect is PostgreSQL written out as a dialect of one's own would be, from outside
-// the sqlinbox package: only exported fields, none copied from sqlinbox.Postgres(). That it
-// passes the conformance suite shows a dialect needs nothing the package keeps to itself.
-var aliasDialect = sqlinbox.Dialect{
-	Name:            "postgres-alias",
-	ValidateTable:   sqlinbox.ValidateTableName,
-	QuoteIdentifier: func(identifier string) string { return `"` + identifier + `"` },
-	Schema: func(t sqlinbox.Table) []string {
-		return []string{
-			`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
+// the sqlinbox package, with none of its SQL taken from sqlinbox.Postgres(). It embeds a nil
+// Dialect, which satisfies the interface's unexported method: a method it did not override
+// would panic, so that it passes the conformance suite shows a dialect needs nothing the
+// package keeps to itself.
+type aliasDialect struct{ sqlinbox.Dialect }
+
+func (aliasDialect) Name() string { return "postgres-alias" }
+
+func (aliasDialect) ParseTable(name string) (sqlinbox.Table, error) {
+	if err := sqlinbox.ValidateTableName(name); err != nil {
+		return sqlinbox.Table{}, err
+	}
+	t := sqlinbox.Table{Name: name}
+	if schema, table, ok := strings.Cut(name, "."); ok {
+		t.Schema, t.Name = schema, table
+		t.Quoted = `"` + schema + `".`
+	}
+	t.Quoted += `"` + t.Name + `"`
+	return t, nil
+}
+
+func (aliasDialect) CreateTable(t sqlinbox.Table) []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
 	consumer     varchar(255) COLLATE "C" NOT NULL,
 	message_id   varchar(255) COLLATE "C" NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
@@ -37,14 +53,16 @@ var aliasDialect = sqlinbox.Dialect{
 	produced     bytea,
 	PRIMARY KEY (consumer, message_id)
 )`,
-			`CREATE INDEX IF NOT EXISTS "` + t.Name + `_at" ON ` + t.Quoted + ` (processed_at)`,
-		}
-	},
-	// The catalog query written another way than the package's: information_schema for the
-	// columns, pg_catalog for the collations and the primary key.
-	TableCheck: &sqlinbox.TableCheck{
-		Describe: func(t sqlinbox.Table) (string, []any) {
-			return `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) || COALESCE(' COLLATE ' || quote_ident(co.collname), ''),
+		`CREATE INDEX IF NOT EXISTS "` + t.Name + `_at" ON ` + t.Quoted + ` (processed_at)`,
+	}
+}
+
+func (aliasDialect) SchemaLock() string { return `SELECT pg_advisory_xact_lock(4242)` }
+
+// DescribeTable is the catalog query written another way than the package's:
+// information_schema for the columns, pg_catalog for the collations and the primary key.
+func (aliasDialect) DescribeTable(t sqlinbox.Table) (string, []any) {
+	return `SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) || COALESCE(' COLLATE ' || quote_ident(co.collname), ''),
 	COALESCE(array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) + 1, 0)::int,
 	(a.atttypid IN ('text'::regtype, 'varchar'::regtype, 'bytea'::regtype) AND COALESCE(co.collisdeterministic, true))::int,
 	(a.atttypid = 'bytea'::regtype)::int,
@@ -56,29 +74,69 @@ LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 'defa
 LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`, []any{t.Quoted}
-		},
-		KeyType:   `text COLLATE "C"`,
-		BytesType: "bytea",
-		TimeType:  "timestamptz",
-	},
-	SchemaLock: `SELECT pg_advisory_xact_lock(4242)`,
-	Insert:     `INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
-	InsertOrSkip: `INSERT INTO %[1]s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
-ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
-	Prior:  `SELECT payload_hash, produced FROM %[1]s WHERE consumer = $1 AND message_id = $2`,
-	Record: `UPDATE %[1]s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
-	IsDuplicateKey: func(err error, t sqlinbox.Table) bool {
-		var pgErr *pgconn.PgError
-		return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == t.Name &&
-			pgErr.ConstraintName == t.PrimaryKey
-	},
-	LockTimeout: func(timeout time.Duration) (string, []any) {
-		return `SELECT set_config('lock_timeout', $1, true)`, []any{fmt.Sprintf("%dms", max(timeout.Milliseconds(), 1))}
-	},
-	Cleanup:    `DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < now() - $1 * interval '1 second' ORDER BY processed_at LIMIT $2)`,
-	Expired:    `SELECT count(*) FROM %[1]s WHERE processed_at < now() - $1 * interval '1 second'`,
-	CleanupAge: func(olderThan time.Duration) any { return olderThan.Seconds() },
 }
+
+func (aliasDialect) ColumnTypes() (key, binary, temporal string) {
+	return `text COLLATE "C"`, "bytea", "timestamptz"
+}
+
+func (aliasDialect) InsertClaim(t sqlinbox.Table) string {
+	return `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`
+}
+
+func (aliasDialect) InsertClaimOrSkip(t sqlinbox.Table) string {
+	return `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
+ON CONFLICT (consumer, message_id) DO NOTHING RETURNING 1`
+}
+
+func (aliasDialect) SelectClaim(t sqlinbox.Table) string {
+	return `SELECT payload_hash, produced FROM ` + t.Quoted + ` WHERE consumer = $1 AND message_id = $2`
+}
+
+func (aliasDialect) UpdateProduced(t sqlinbox.Table) string {
+	return `UPDATE ` + t.Quoted + ` SET produced = $1 WHERE consumer = $2 AND message_id = $3`
+}
+
+func (aliasDialect) Param(value any) any { return value }
+
+func (aliasDialect) IsDuplicateKey(err error, t sqlinbox.Table) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == t.Name &&
+		pgErr.ConstraintName == t.PrimaryKey
+}
+
+func (aliasDialect) IsTransient(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01" || pgErr.Code == "55P03")
+}
+
+func (aliasDialect) Begin() string { return "START TRANSACTION" }
+
+func (aliasDialect) LockTimeout(timeout time.Duration) (string, []any) {
+	return `SELECT set_config('lock_timeout', $1, true)`, []any{fmt.Sprintf("%dms", max(timeout.Milliseconds(), 1))}
+}
+
+func (aliasDialect) DeleteExpired(t sqlinbox.Table) string {
+	return `DELETE FROM ` + t.Quoted + ` WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM ` + t.Quoted +
+		` WHERE processed_at < now() - $1 * interval '1 second' ORDER BY processed_at LIMIT $2)`
+}
+
+func (aliasDialect) CountExpired(t sqlinbox.Table) string {
+	return `SELECT count(*) FROM ` + t.Quoted + ` WHERE processed_at < now() - $1 * interval '1 second'`
+}
+
+func (aliasDialect) Age(olderThan time.Duration) any { return olderThan.Seconds() }
+
+func (aliasDialect) CleanupLock(t sqlinbox.Table) (take, release string, key any) {
+	return `SELECT pg_try_advisory_lock(4243, $1::text::regclass::oid::int)::int`,
+		`SELECT pg_advisory_unlock(4243, $1::text::regclass::oid::int)::int`, t.Quoted
+}
+
+func (aliasDialect) TableSize(t sqlinbox.Table) []sqlinbox.SizeQuery {
+	return []sqlinbox.SizeQuery{{SQL: `SELECT pg_relation_size($1::text::regclass)`, Args: []any{t.Quoted}, Note: "the heap alone"}}
+}
+
+func (aliasDialect) MultiStatement() *sqlinbox.MultiStatementSQL { return nil }
 
 func TestDialectDefinedOutsideThePackage(t *testing.T) {
 	inboxtest.Run(t, aliasHarness, inboxtest.Options{})
@@ -117,7 +175,7 @@ func aliasHarness(t *testing.T) *inboxtest.Harness {
 			_, _ = direct.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+name)
 		}
 	})
-	store, err := sqlinbox.New(db, aliasDialect, sqlinbox.Config{Table: table})
+	store, err := sqlinbox.NewDB(db, aliasDialect{}, sqlinbox.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +202,7 @@ func aliasHarness(t *testing.T) *inboxtest.Harness {
 		},
 		Placeholders: inboxtest.DollarPlaceholders,
 		NewStore: func(table string) (inbox.Store, error) {
-			return sqlinbox.New(db, aliasDialect, sqlinbox.Config{Table: table})
+			return sqlinbox.NewDB(db, aliasDialect{}, sqlinbox.Config{Table: table})
 		},
 		CommitFaults: map[string]func(ctx context.Context) error{
 			"deferred constraint fails at COMMIT": func(ctx context.Context) error {

@@ -1,30 +1,38 @@
 package sqlinbox
 
 import (
+	"encoding/hex"
 	"reflect"
 	"strings"
 	"time"
 )
 
-// MySQL returns the dialect of MySQL and MariaDB with InnoDB, through github.com/go-sql-driver/mysql. Set
-// interpolateParams=true in its DSN to save the prepare round trips of every statement.
+// MySQL returns the dialect of MySQL and MariaDB with InnoDB, through
+// github.com/go-sql-driver/mysql. Set interpolateParams=true in its DSN to save the prepare
+// round trips of every statement.
 //
 // The claim is a plain INSERT: a duplicate fails with error 1062 on the key PRIMARY, which
 // InnoDB reports without ending the transaction, and the claim then reads the prior row. It
-// reads no affected-row count, so no DSN setting (clientFoundRows among them) changes what
-// a claim returns.
-func MySQL() Dialect {
-	return Dialect{
-		Name:          "mysql",
-		ValidateTable: ValidateTableName,
-		QuoteIdentifier: func(identifier string) string {
-			return "`" + identifier + "`"
-		},
-		// VARBINARY key columns compare bytes exactly (the default collations would make "A"
-		// and "a" one key). The processed_at index is inside CREATE TABLE: MySQL has no CREATE
-		// INDEX IF NOT EXISTS.
-		Schema: func(t Table) []string {
-			return []string{render(`CREATE TABLE IF NOT EXISTS %s (
+// reads no affected-row count, so no DSN setting (clientFoundRows among them) changes what a
+// claim returns. The inbox's own values travel hex-encoded and are decoded by UNHEX in the
+// statements (see Param).
+func MySQL() Dialect { return mysql{} }
+
+type mysql struct{}
+
+func (mysql) dialect() {}
+
+func (mysql) Name() string { return "mysql" }
+
+func (mysql) ParseTable(name string) (Table, error) {
+	return parseQualified(name, func(identifier string) string { return "`" + identifier + "`" })
+}
+
+// CreateTable: VARBINARY key columns compare bytes exactly (the default collations would make
+// "A" and "a" one key). The processed_at index is inside CREATE TABLE: MySQL has no CREATE
+// INDEX IF NOT EXISTS.
+func (mysql) CreateTable(t Table) []string {
+	return []string{`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
 	consumer     VARBINARY(255) NOT NULL,
 	message_id   VARBINARY(255) NOT NULL,
 	processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
@@ -32,84 +40,32 @@ func MySQL() Dialect {
 	produced     LONGBLOB,
 	PRIMARY KEY (consumer, message_id),
 	INDEX processed_at (processed_at)
-) ENGINE=InnoDB`, t)}
-		},
-
-		TableCheck: &TableCheck{
-			Describe: func(t Table) (string, []any) {
-				var schema any
-				if t.Schema != "" {
-					schema = t.Schema
-				}
-				return mysqlDescribe, []any{schema, t.Name}
-			},
-			KeyType:   "VARBINARY, or VARCHAR CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin (MariaDB) or utf8mb4_0900_bin (MySQL)",
-			BytesType: "VARBINARY or a BLOB type",
-			TimeType:  "DATETIME(6)",
-		},
-
-		Insert:         "INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)",
-		Prior:          "SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?",
-		Record:         "UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?",
-		IsDuplicateKey: mysqlDuplicateKey,
-
-		// MySQL stops a multi-statement request at the first error, and InnoDB keeps the
-		// transaction open after a duplicate key. Not on a Galera node (MariaDB Galera
-		// Cluster, Percona XtraDB Cluster): when another node's write-set aborts the
-		// transaction partway through a request, the server runs the rest of it in
-		// autocommit, and may even report success. Plain MySQL has no wsrep_on; plain
-		// MariaDB reports OFF.
-		MultiStatement: &MultiStatementSQL{Probe: "DO ?; DO ?", Refuse: "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"},
-
-		// Whole seconds, at least 1. InnoDB has no per-transaction setting: this one is the
-		// session's, kept by the connection after the transaction, and the same value is set
-		// again at the start of every inbox transaction (Config.LockTimeout says so).
-		LockTimeout: func(timeout time.Duration) (string, []any) {
-			return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}
-		},
-
-		// The processed_at index gives the oldest rows; LIMIT bounds the batch.
-		Cleanup:    "DELETE FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
-		Expired:    "SELECT COUNT(*) FROM %[1]s WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND",
-		CleanupAge: func(olderThan time.Duration) any { return olderThan.Microseconds() },
-		// Named locks are server-wide: the name holds the database and the table, hashed to
-		// stay under the 64-character limit. MySQL has no named lock that ends with a
-		// transaction, so this one stays a session lock, taken, used and released on the one
-		// connection the pass runs on; the server releases it when that connection closes. A
-		// multiplexing pooler must keep the session on one backend connection from GET_LOCK to
-		// RELEASE_LOCK: ProxySQL documents that it stops multiplexing a client connection that
-		// calls GET_LOCK, for as long as it lives (not tested here: CI has no ProxySQL).
-		CleanupLock:   "SELECT GET_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))), 0)",
-		CleanupUnlock: "SELECT RELEASE_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))))",
-		CleanupLockKey: func(t Table) any {
-			if t.Schema != "" {
-				return t.Schema + "." + t.Name
-			}
-			return t.Name
-		},
-
-		tableSize: func(t Table) []sizeQuery {
-			var schema any
-			if t.Schema != "" {
-				schema = t.Schema
-			}
-			return []sizeQuery{{
-				SQL: "SELECT data_length + index_length FROM information_schema.tables " +
-					"WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
-				Args: []any{schema, t.Name},
-				Note: "data_length + index_length: InnoDB's estimate",
-			}}
-		},
-	}
+) ENGINE=InnoDB`}
 }
 
-// mysqlDescribe describes the table (schema ?, default DATABASE(); name ?) for TableCheck.
-// Exact: VARBINARY, or VARCHAR in utf8mb4 with a binary NO PAD collation, and no prefix in the
-// primary key. Refused: PAD SPACE collations, utf8mb4_bin among them ('k' and 'k ' are one
-// key); BINARY(n) and CHAR(n), which pad the value, so that the read of a duplicate's record
-// finds nothing (BINARY) or two keys are one (CHAR). MariaDB's information_schema has no
-// PAD_ATTRIBUTE, so the collation is known by name. MariaDB writes a nullable column without
-// a default as the default 'NULL'.
+// SchemaLock: MySQL's DDL commits on its own; CREATE TABLE IF NOT EXISTS is safe at once.
+func (mysql) SchemaLock() string { return "" }
+
+func (mysql) DescribeTable(t Table) (string, []any) {
+	var schema any
+	if t.Schema != "" {
+		schema = t.Schema
+	}
+	return mysqlDescribe, []any{schema, t.Name}
+}
+
+func (mysql) ColumnTypes() (key, binary, temporal string) {
+	return "VARBINARY, or VARCHAR CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin (MariaDB) or utf8mb4_0900_bin (MySQL)",
+		"VARBINARY or a BLOB type", "DATETIME(6)"
+}
+
+// mysqlDescribe describes the table (schema ?, default DATABASE(); name ?) for the table
+// check. Exact: VARBINARY, or VARCHAR in utf8mb4 with a binary NO PAD collation, and no prefix
+// in the primary key. Refused: PAD SPACE collations, utf8mb4_bin among them ('k' and 'k '
+// are one key); BINARY(n) and CHAR(n), which pad the value, so that the read of a
+// duplicate's record finds nothing (BINARY) or two keys are one (CHAR). MariaDB's
+// information_schema has no PAD_ATTRIBUTE, so the collation is known by name. MariaDB writes
+// a nullable column without a default as the default 'NULL'.
 const mysqlDescribe = `SELECT c.COLUMN_NAME,
 	CONCAT(c.COLUMN_TYPE, IF(c.COLLATION_NAME IS NULL, '', CONCAT(' COLLATE ', c.COLLATION_NAME))),
 	COALESCE(k.SEQ_IN_INDEX, 0),
@@ -127,32 +83,152 @@ LEFT JOIN information_schema.STATISTICS k ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND
 WHERE c.TABLE_SCHEMA = COALESCE(?, DATABASE()) AND c.TABLE_NAME = ?
 ORDER BY c.ORDINAL_POSITION`
 
-// mysqlDuplicateKey recognises error 1062 (ER_DUP_ENTRY) on the key PRIMARY. MySQL ends its
+func (mysql) InsertClaim(t Table) string {
+	return "INSERT INTO " + t.Quoted + " (consumer, message_id, payload_hash) VALUES (UNHEX(?), UNHEX(?), UNHEX(?))"
+}
+
+// InsertClaimOrSkip: none; a duplicate's error 1062 leaves InnoDB's transaction usable.
+func (mysql) InsertClaimOrSkip(Table) string { return "" }
+
+func (mysql) SelectClaim(t Table) string {
+	return "SELECT payload_hash, produced FROM " + t.Quoted + " WHERE consumer = UNHEX(?) AND message_id = UNHEX(?)"
+}
+
+func (mysql) UpdateProduced(t Table) string {
+	return "UPDATE " + t.Quoted + " SET produced = UNHEX(?) WHERE consumer = UNHEX(?) AND message_id = UNHEX(?)"
+}
+
+// Param hex-encodes the inbox's own values, which the statements decode with UNHEX. With
+// interpolateParams=true the driver writes parameters into the statement's text on the
+// client, escaping them as if the connection's character set were ASCII-safe: on a
+// connection in GBK, SJIS, CP932 or BIG5 a multibyte character can swallow the escaping
+// backslash, and a string parameter could end its literal. Hex digits read the same in every
+// character set and whatever the sql_mode, so no key, consumer, fingerprint or record of
+// produced messages can.
+func (mysql) Param(value any) any {
+	switch v := value.(type) {
+	case string:
+		return hex.EncodeToString([]byte(v))
+	case []byte:
+		if v == nil {
+			return nil
+		}
+		return hex.EncodeToString(v)
+	}
+	return value
+}
+
+// IsDuplicateKey recognises error 1062 (ER_DUP_ENTRY) on the key PRIMARY. MySQL ends its
 // message with "for key '<table>.PRIMARY'", MariaDB with "for key 'PRIMARY'"; the entry,
 // which holds the claimed key, comes before it, so only the end of the message is read.
-//
-// go-sql-driver/mysql returns a *MySQLError with the exported fields Number and Message. The
-// library reads those two fields by reflection, on each error in err's chain, so that it
-// imports no MySQL driver; another driver's errors need a dialect whose IsDuplicateKey reads
-// them (start from a copy of MySQL).
-func mysqlDuplicateKey(err error, t Table) bool {
+func (mysql) IsDuplicateKey(err error, t Table) bool {
+	number, message, ok := mysqlError(err)
+	if !ok || number != 1062 {
+		return false
+	}
+	return strings.HasSuffix(message, " for key 'PRIMARY'") || strings.HasSuffix(message, " for key '"+t.Name+".PRIMARY'")
+}
+
+// IsTransient: the server's errors of a database that fails the statement, not the message,
+// and the driver's error for a connection that broke mid-statement, whose outcome is unknown.
+func (mysql) IsTransient(err error) bool {
+	if number, _, ok := mysqlError(err); ok {
+		_, transient := mysqlTransient[number]
+		return transient
+	}
 	for _, e := range errorChain(err) {
-		v := reflect.ValueOf(e)
-		if v.Kind() == reflect.Pointer {
-			v = v.Elem()
+		if e.Error() == "invalid connection" { // go-sql-driver/mysql's ErrInvalidConn
+			return true
 		}
-		if v.Kind() != reflect.Struct {
-			continue
-		}
-		number, message := v.FieldByName("Number"), v.FieldByName("Message")
-		if !number.IsValid() || !number.CanUint() || message.Kind() != reflect.String {
-			continue
-		}
-		if number.Uint() != 1062 {
-			return false
-		}
-		m := message.String()
-		return strings.HasSuffix(m, " for key 'PRIMARY'") || strings.HasSuffix(m, " for key '"+t.Name+".PRIMARY'")
 	}
 	return false
+}
+
+// mysqlTransient are the server's errors that a later attempt gets past.
+var mysqlTransient = map[uint64]string{
+	1205: "ER_LOCK_WAIT_TIMEOUT: Config.LockTimeout, innodb_lock_wait_timeout",
+	1213: "ER_LOCK_DEADLOCK; on Galera also a certification failure",
+	1047: "ER_UNKNOWN_COM_ERROR: a Galera node that is not synced (WSREP has not yet prepared node)",
+	1040: "ER_CON_COUNT_ERROR: too many connections",
+	1053: "ER_SERVER_SHUTDOWN",
+	1290: "ER_OPTION_PREVENTS_STATEMENT: --read-only, as on a replica",
+	1792: "ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION",
+	1836: "ER_READ_ONLY_MODE",
+	1927: "ER_CONNECTION_KILLED (MariaDB)",
+	1158: "ER_NET_READ_ERROR",
+	1159: "ER_NET_READ_INTERRUPTED",
+	1160: "ER_NET_ERROR_ON_WRITE",
+	1161: "ER_NET_WRITE_INTERRUPTED",
+}
+
+// mysqlError reads the number and message of go-sql-driver/mysql's *MySQLError, the first
+// error in err's chain with the exported fields Number and Message. It reads them by
+// reflection, so that the library imports no MySQL driver; another driver's errors need a
+// dialect of its own whose IsDuplicateKey and IsTransient read them.
+func mysqlError(err error) (number uint64, message string, ok bool) {
+	for _, v := range errorFields(err) {
+		n, m := v.FieldByName("Number"), v.FieldByName("Message")
+		if n.IsValid() && n.CanUint() && m.Kind() == reflect.String {
+			return n.Uint(), m.String(), true
+		}
+	}
+	return 0, "", false
+}
+
+func (mysql) Begin() string { return "START TRANSACTION" }
+
+// LockTimeout is in whole seconds, at least 1. InnoDB has no per-transaction setting: this one
+// is the session's, kept by the connection after the transaction, and the same value is set
+// again at the start of every inbox transaction (Config.LockTimeout says so).
+func (mysql) LockTimeout(timeout time.Duration) (string, []any) {
+	return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}
+}
+
+// DeleteExpired: the processed_at index gives the oldest rows; LIMIT bounds the batch.
+func (mysql) DeleteExpired(t Table) string {
+	return "DELETE FROM " + t.Quoted + " WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?"
+}
+
+func (mysql) CountExpired(t Table) string {
+	return "SELECT COUNT(*) FROM " + t.Quoted + " WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND"
+}
+
+func (mysql) Age(olderThan time.Duration) any { return olderThan.Microseconds() }
+
+// CleanupLock is a named lock. Named locks are server-wide: the name holds the database and
+// the table, hashed to stay under the 64-character limit. MySQL has no named lock that ends
+// with a transaction, so this one is a session lock, taken, used and released on the one
+// connection the pass runs on; the server releases it when that connection closes. A
+// multiplexing pooler must keep the session on one backend connection from GET_LOCK to
+// RELEASE_LOCK: ProxySQL documents that it stops multiplexing a client connection that calls
+// GET_LOCK, for as long as it lives.
+func (mysql) CleanupLock(t Table) (take, release string, key any) {
+	key = t.Name
+	if t.Schema != "" {
+		key = t.Schema + "." + t.Name
+	}
+	return "SELECT GET_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))), 0)",
+		"SELECT RELEASE_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))))", key
+}
+
+func (mysql) TableSize(t Table) []SizeQuery {
+	var schema any
+	if t.Schema != "" {
+		schema = t.Schema
+	}
+	return []SizeQuery{{
+		SQL: "SELECT data_length + index_length FROM information_schema.tables " +
+			"WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
+		Args: []any{schema, t.Name},
+		Note: "data_length + index_length: InnoDB's estimate",
+	}}
+}
+
+// MultiStatement: MySQL stops a multi-statement request at the first error, and InnoDB keeps
+// the transaction open after a duplicate key. Not on a Galera node (MariaDB Galera Cluster,
+// Percona XtraDB Cluster): when another node's write-set aborts the transaction partway
+// through a request, the server runs the rest of it in autocommit, and may even report
+// success. Plain MySQL has no wsrep_on; plain MariaDB reports OFF.
+func (mysql) MultiStatement() *MultiStatementSQL {
+	return &MultiStatementSQL{Probe: "DO ?; DO ?", Refuse: "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"}
 }

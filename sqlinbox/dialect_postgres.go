@@ -3,93 +3,60 @@ package sqlinbox
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Postgres returns the dialect of PostgreSQL, through pgx (NewPgx) or any database/sql
-// driver that returns *pgconn.PgError, such as pgx's stdlib. The claim is INSERT ... ON
-// CONFLICT (consumer, message_id) DO NOTHING RETURNING true; a duplicate then reads the
-// committed claim. Each call returns a new value, which the caller may change without
-// touching any other.
-func Postgres() Dialect {
-	return Dialect{
-		Name:          "postgres",
-		ValidateTable: ValidateTableName,
-		QuoteIdentifier: func(identifier string) string {
-			return `"` + identifier + `"`
-		},
-		// The key columns compare bytes exactly: collation "C" (also the fastest to index).
-		Schema: func(t Table) []string {
-			index := `"` + indexName(t.Name) + `"`
-			return []string{
-				render(`CREATE TABLE IF NOT EXISTS %s (
+// driver that returns *pgconn.PgError, such as pgx's stdlib (NewDB). The claim is INSERT ...
+// ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true; a duplicate then reads the
+// committed claim.
+func Postgres() Dialect { return postgres{} }
+
+type postgres struct{}
+
+func (postgres) dialect() {}
+
+func (postgres) Name() string { return "postgres" }
+
+func (postgres) ParseTable(name string) (Table, error) { return parseQualified(name, doubleQuote) }
+
+// doubleQuote quotes an identifier the standard way; a validated identifier holds no quote.
+func doubleQuote(identifier string) string { return `"` + identifier + `"` }
+
+// CreateTable: the key columns compare bytes exactly, by collation "C" (also the fastest to
+// index); the index lets retention find old rows without reading the whole table.
+func (postgres) CreateTable(t Table) []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
 	consumer     varchar(255) COLLATE "C" NOT NULL,
 	message_id   varchar(255) COLLATE "C" NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
 	payload_hash bytea,
 	produced     bytea,
 	PRIMARY KEY (consumer, message_id)
-)`, t),
-				// The index lets retention find old rows without reading the whole table.
-				`CREATE INDEX IF NOT EXISTS ` + index + ` ON ` + t.Quoted + ` (processed_at)`,
-			}
-		},
-		TableCheck: &TableCheck{
-			Describe: func(t Table) (string, []any) { return postgresDescribe, []any{t.Quoted} },
-			KeyType:  `varchar or text with a deterministic collation (COLLATE "C"), or bytea`,
-			// bytea only: text refuses the bytes of a fingerprint that are not UTF-8.
-			BytesType: "bytea",
-			TimeType:  "timestamptz",
-		},
-		// CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
-		SchemaLock: `SELECT pg_advisory_xact_lock(7061261737466313)`,
-
-		// A failed statement aborts a PostgreSQL transaction: the claim is InsertOrSkip, and
-		// Insert serves a caller that treats the duplicate as the end of the transaction
-		// (write-behind mode). The claim reads nothing back: duplicates are rare, and a claim
-		// that also read the committed claim measured slower for every first delivery.
-		Insert: `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
-		InsertOrSkip: `INSERT INTO %s (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
-ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
-		Prior:          `SELECT payload_hash, produced FROM %s WHERE consumer = $1 AND message_id = $2`,
-		Record:         `UPDATE %s SET produced = $1 WHERE consumer = $2 AND message_id = $3`,
-		IsDuplicateKey: postgresDuplicateKey,
-
-		// set_config(..., true) is SET LOCAL with a parameter: it ends with the transaction.
-		LockTimeout: func(timeout time.Duration) (string, []any) {
-			return `SELECT set_config('lock_timeout', $1, true)`,
-				[]any{strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"}
-		},
-
-		// By ctid, the row's physical address: the subquery finds the batch through the
-		// processed_at index, the DELETE goes straight to each row.
-		Cleanup:    `DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`,
-		Expired:    `SELECT count(*) FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond'`,
-		CleanupAge: func(olderThan time.Duration) any { return olderThan.Microseconds() },
-		// The key is the table's OID, so "inbox" and "public.inbox" share one lock; the first
-		// int4 ("winb") keeps it apart from other advisory locks. A transaction-level advisory
-		// lock ends with its transaction: a session lock would stay on the server connection
-		// that took it when a pooler in transaction mode runs the unlock on another.
-		CleanupTxLock: `SELECT pg_try_advisory_xact_lock(2003398242, $1::text::regclass::oid::int)::int`,
-		// regclass parses the quoted name, so the lock follows the table, not its spelling.
-		CleanupLockKey: func(t Table) any { return t.Quoted },
-
-		tableSize: func(t Table) []sizeQuery {
-			return []sizeQuery{{
-				SQL:  `SELECT pg_total_relation_size($1::text::regclass)`,
-				Args: []any{t.Quoted},
-				Note: "pg_total_relation_size",
-			}}
-		},
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + doubleQuote(indexName(t.Name)) + ` ON ` + t.Quoted + ` (processed_at)`,
 	}
 }
 
+// SchemaLock: CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
+func (postgres) SchemaLock() string { return `SELECT pg_advisory_xact_lock(7061261737466313)` }
+
+func (postgres) DescribeTable(t Table) (string, []any) { return postgresDescribe, []any{t.Quoted} }
+
+// ColumnTypes: bytea only for the bytes, because text refuses the bytes of a fingerprint
+// that are not UTF-8.
+func (postgres) ColumnTypes() (key, binary, temporal string) {
+	return `varchar or text with a deterministic collation (COLLATE "C"), or bytea`, "bytea", "timestamptz"
+}
+
 // postgresDescribe describes the table named by $1 (quoted, found on the search path as the
-// store's statements find it) for TableCheck. Exact: text, varchar or bytea (not char(n),
-// which ignores trailing spaces; not citext or a domain) with a deterministic collation,
-// under which equal means the same bytes.
+// store's statements find it) for the table check. Exact: text, varchar or bytea (not
+// char(n), which ignores trailing spaces; not citext or a domain) with a deterministic
+// collation, under which equal means the same bytes.
 const postgresDescribe = `SELECT a.attname::text,
 	format_type(a.atttypid, a.atttypmod) ||
 		CASE WHEN a.attcollation <> t.typcollation THEN ' COLLATE ' || quote_ident(c.collname) ELSE '' END,
@@ -108,13 +75,39 @@ LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.contype = 'p'
 WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`
 
-// postgresDuplicateKey recognises a unique violation (SQLSTATE 23505) of the inbox table's
-// primary key: the constraint the error names is the key the table check read from the
-// catalog (Table.PrimaryKey), whatever it is called ("inbox_pkey", "pk_billing_inbox",
-// "inbox_pkey1" after a re-create), on the table the error names. Any other unique index of
-// the table is not the key. The error is a *pgconn.PgError, found with errors.As, from pgx
-// and from its database/sql driver.
-func postgresDuplicateKey(err error, t Table) bool {
+// InsertClaim aborts the transaction on a duplicate, as every failed statement does in
+// PostgreSQL: write-behind mode, where the duplicate ends the transaction anyway, claims with
+// it; the claim-first mode with InsertClaimOrSkip. The claim reads nothing back: duplicates
+// are rare, and a claim that also read the committed claim measured slower for every first
+// delivery.
+func (postgres) InsertClaim(t Table) string {
+	return `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`
+}
+
+func (postgres) InsertClaimOrSkip(t Table) string {
+	return `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
+ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`
+}
+
+func (postgres) SelectClaim(t Table) string {
+	return `SELECT payload_hash, produced FROM ` + t.Quoted + ` WHERE consumer = $1 AND message_id = $2`
+}
+
+func (postgres) UpdateProduced(t Table) string {
+	return `UPDATE ` + t.Quoted + ` SET produced = $1 WHERE consumer = $2 AND message_id = $3`
+}
+
+// Param: the parameters travel apart from the text (or, in pgx's simple protocol, are
+// quoted by pgx for standard_conforming_strings, which it requires).
+func (postgres) Param(value any) any { return value }
+
+// IsDuplicateKey recognises a unique violation (SQLSTATE 23505) of the inbox table's primary
+// key: the constraint the error names is the key the table check read from the catalog
+// (Table.PrimaryKey), whatever it is called ("inbox_pkey", "pk_billing_inbox", "inbox_pkey1"
+// after a re-create), on the table the error names. Any other unique index of the table is
+// not the key. The error is a *pgconn.PgError, found with errors.As, from pgx and from its
+// database/sql driver.
+func (postgres) IsDuplicateKey(err error, t Table) bool {
 	var pgErr *pgconn.PgError
 	if t.PrimaryKey == "" || !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 		return false
@@ -122,3 +115,65 @@ func postgresDuplicateKey(err error, t Table) bool {
 	return pgErr.ConstraintName == t.PrimaryKey && pgErr.TableName == t.Name &&
 		(t.Schema == "" || pgErr.SchemaName == t.Schema)
 }
+
+// IsTransient: the SQLSTATEs of a database that fails the statement, not the message, and a
+// connection pgx could not make (a refused connection, a server starting up, a password
+// changed while the service runs).
+func (postgres) IsTransient(err error) bool {
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) || pgconn.Timeout(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "40001", // serialization_failure
+		"40P01", // deadlock_detected
+		"40003", // statement_completion_unknown
+		"55P03", // lock_not_available: Config.LockTimeout
+		"25006", // read_only_sql_transaction: a standby, or a primary demoted in a failover
+		"57P01", // admin_shutdown
+		"57P02", // crash_shutdown
+		"57P03", // cannot_connect_now: starting up, or in recovery
+		"53300": // too_many_connections
+		return true
+	}
+	return strings.HasPrefix(pgErr.Code, "08") // connection_exception and its subclasses
+}
+
+func (postgres) Begin() string { return "BEGIN" }
+
+// LockTimeout: set_config(..., true) is SET LOCAL with a parameter; it ends with the
+// transaction, so it is safe behind a pooler in transaction mode.
+func (postgres) LockTimeout(timeout time.Duration) (string, []any) {
+	return `SELECT set_config('lock_timeout', $1, true)`, []any{strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"}
+}
+
+// DeleteExpired deletes by ctid, the row's physical address: the subquery finds the batch
+// through the processed_at index, the DELETE goes straight to each row.
+func (postgres) DeleteExpired(t Table) string {
+	return render(`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`, t)
+}
+
+func (postgres) CountExpired(t Table) string {
+	return `SELECT count(*) FROM ` + t.Quoted + ` WHERE processed_at < now() - $1::bigint * interval '1 microsecond'`
+}
+
+func (postgres) Age(olderThan time.Duration) any { return olderThan.Microseconds() }
+
+// CleanupLock is a transaction-level advisory lock keyed by the table's OID, so that "inbox"
+// and "public.inbox" share one lock (regclass parses the quoted name: the lock follows the
+// table, not its spelling); the first int4 ("winb") keeps it apart from other advisory locks.
+// A session lock would stay on the server connection that took it when a pooler in
+// transaction mode runs the unlock on another.
+func (postgres) CleanupLock(t Table) (take, release string, key any) {
+	return `SELECT pg_try_advisory_xact_lock(2003398242, $1::text::regclass::oid::int)::int`, "", t.Quoted
+}
+
+func (postgres) TableSize(t Table) []SizeQuery {
+	return []SizeQuery{{SQL: `SELECT pg_total_relation_size($1::text::regclass)`, Args: []any{t.Quoted}, Note: "pg_total_relation_size"}}
+}
+
+func (postgres) MultiStatement() *MultiStatementSQL { return nil }

@@ -3,98 +3,78 @@ package sqlinbox
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
-	"strings"
 	"time"
-
-	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// SQLite returns the dialect of SQLite 3.24 or later, through modernc.org/sqlite or github.com/mattn/go-sqlite3.
-// Open the database with a busy timeout (modernc.org/sqlite: _pragma=busy_timeout(10000)) so
-// concurrent writers wait for each other instead of failing with SQLITE_BUSY. The claim is
-// the transaction's first statement, so it takes the write lock at once; a duplicate fails
-// it with SQLITE_CONSTRAINT_PRIMARYKEY, which ends the statement but not the transaction.
-func SQLite() Dialect {
-	return Dialect{
-		Name:          "sqlite",
-		ValidateTable: sqliteValidateTable,
-		QuoteIdentifier: func(identifier string) string {
-			return `"` + identifier + `"`
-		},
-		// SQLite puts the schema on the index's name rather than on its table.
-		Schema: func(t Table) []string {
-			return []string{
-				render(`CREATE TABLE IF NOT EXISTS %s (
+// SQLite returns the dialect of SQLite 3.24 or later, through modernc.org/sqlite or
+// github.com/mattn/go-sqlite3. Open the database with a busy timeout (modernc.org/sqlite:
+// _pragma=busy_timeout(10000)) so concurrent writers wait for each other instead of failing
+// with SQLITE_BUSY. The claim is the transaction's first statement, so it takes the write
+// lock at once; a duplicate fails it with SQLITE_CONSTRAINT_PRIMARYKEY, which ends the
+// statement but not the transaction.
+func SQLite() Dialect { return sqlite{} }
+
+type sqlite struct{}
+
+func (sqlite) dialect() {}
+
+func (sqlite) Name() string { return "sqlite" }
+
+// ParseTable accepts no schema but main: in SQLite another schema is an attached database,
+// which every connection of the store's pool, and of a migration tool, would have to ATTACH
+// itself, or the table is not found.
+func (sqlite) ParseTable(name string) (Table, error) {
+	t, err := parseQualified(name, doubleQuote)
+	if err != nil {
+		return Table{}, err
+	}
+	if t.Schema != "" && t.Schema != "main" {
+		return Table{}, fmt.Errorf("%w %q: SQLite has no schemas (%s would be an attached database); use the table's name alone",
+			ErrInvalidTableName, name, t.Schema)
+	}
+	return t, nil
+}
+
+// CreateTable: SQLite puts the schema on the index's name rather than on its table.
+func (sqlite) CreateTable(t Table) []string {
+	index := doubleQuote(indexName(t.Name))
+	if t.Schema != "" {
+		index = doubleQuote(t.Schema) + "." + index
+	}
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
 	consumer     TEXT NOT NULL,
 	message_id   TEXT NOT NULL,
-	processed_at TEXT NOT NULL DEFAULT (strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now')),
+	processed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
 	payload_hash BLOB,
 	produced     BLOB,
 	PRIMARY KEY (consumer, message_id)
-) WITHOUT ROWID`, t),
-				`CREATE INDEX IF NOT EXISTS ` + sqliteIndex(t) + ` ON "` + t.Name + `" (processed_at)`,
-			}
-		},
-
-		TableCheck: &TableCheck{
-			Describe: func(t Table) (string, []any) {
-				schema := t.Schema
-				if schema == "" {
-					schema = "main"
-				}
-				return sqliteDescribe, []any{t.Name, schema}
-			},
-			KeyType:   "TEXT or BLOB with the BINARY collation (no COLLATE NOCASE or RTRIM)",
-			BytesType: "BLOB",
-			TimeType:  "TEXT",
-		},
-
-		Insert:         `INSERT INTO %s (consumer, message_id, payload_hash) VALUES (?, ?, ?)`,
-		Prior:          `SELECT payload_hash, produced FROM %s WHERE consumer = ? AND message_id = ?`,
-		Record:         `UPDATE %s SET produced = ? WHERE consumer = ? AND message_id = ?`,
-		IsDuplicateKey: sqliteDuplicateKey,
-
-		// A pragma takes no parameters; the value is a number we format.
-		LockTimeout: func(timeout time.Duration) (string, []any) {
-			return "PRAGMA busy_timeout = " + strconv.FormatInt(max(timeout.Milliseconds(), 1), 10), nil
-		},
-
-		// The table is WITHOUT ROWID: delete by primary key. SQLite's single writer runs one
-		// batch at a time, so cleanups take no lock.
-		Cleanup: `DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`,
-		Expired: `SELECT COUNT(*) FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?)`,
-		// A date modifier such as "-3600.000000 seconds".
-		CleanupAge: func(olderThan time.Duration) any {
-			micros := olderThan.Microseconds()
-			return fmt.Sprintf("-%d.%06d seconds", micros/1e6, micros%1e6)
-		},
-
-		// dbstat counts the pages of the table and its index; without it (a build without
-		// SQLITE_ENABLE_DBSTAT_VTAB, or another schema than main), the file's size.
-		tableSize: func(t Table) []sizeQuery {
-			var sizes []sizeQuery
-			if t.Schema == "" || t.Schema == "main" {
-				sizes = append(sizes, sizeQuery{
-					SQL:  "SELECT SUM(pgsize) FROM dbstat WHERE name IN (?, ?)",
-					Args: []any{t.Name, indexName(t.Name)},
-					Note: "dbstat",
-				})
-			}
-			return append(sizes, sizeQuery{
-				SQL:  "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
-				Note: "the whole database file: page_count * page_size",
-			})
-		},
+) WITHOUT ROWID`,
+		`CREATE INDEX IF NOT EXISTS ` + index + ` ON ` + doubleQuote(t.Name) + ` (processed_at)`,
 	}
 }
 
-// sqliteDescribe describes the table (name ?1 in schema ?2) for TableCheck. A key column's
-// collation is the primary key index's. Exact: TEXT or BLOB affinity (an INTEGER or NUMERIC
-// one would store "0123" and "123" as one number) with the BINARY collation. Every column
-// holds bytes as they are (SQLite never converts a BLOB); processed_at holds the text time
-// Cleanup compares, unless an INTEGER or REAL affinity made it a number.
+// SchemaLock: SQLite's single writer runs one CREATE at a time.
+func (sqlite) SchemaLock() string { return "" }
+
+func (sqlite) DescribeTable(t Table) (string, []any) {
+	schema := t.Schema
+	if schema == "" {
+		schema = "main"
+	}
+	return sqliteDescribe, []any{t.Name, schema}
+}
+
+func (sqlite) ColumnTypes() (key, binary, temporal string) {
+	return "TEXT or BLOB with the BINARY collation (no COLLATE NOCASE or RTRIM)", "BLOB", "TEXT"
+}
+
+// sqliteDescribe describes the table (name ?1 in schema ?2) for the table check. A key
+// column's collation is the primary key index's. Exact: TEXT or BLOB affinity (an INTEGER or
+// NUMERIC one would store "0123" and "123" as one number) with the BINARY collation. Every
+// column holds bytes as they are (SQLite never converts a BLOB); processed_at holds the text
+// time DeleteExpired compares, unless an INTEGER or REAL affinity made it a number.
 const sqliteDescribe = `WITH x AS (
 	SELECT cid, name, type, pk, "notnull", dflt_value, hidden,
 		CASE
@@ -121,53 +101,99 @@ SELECT x.name,
 FROM x LEFT JOIN k ON k.name = x.name
 ORDER BY x.cid`
 
-// sqliteValidateTable is ValidateTableName with no schema but main: in SQLite another
-// schema is an attached database, which every connection of the store's pool, and of a
-// migration tool, would have to ATTACH itself, or the table is not found.
-func sqliteValidateTable(table string) error {
-	if err := ValidateTableName(table); err != nil {
-		return err
-	}
-	if schema, _, ok := strings.Cut(table, "."); ok && schema != "main" {
-		return fmt.Errorf("%w %q: SQLite has no schemas (%s would be an attached database); use the table's name alone",
-			inbox.ErrInvalidTableName, table, schema)
-	}
-	return nil
+func (sqlite) InsertClaim(t Table) string {
+	return `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash) VALUES (?, ?, ?)`
 }
 
-// sqliteIndex is the processed_at index's name, qualified by the table's schema.
-func sqliteIndex(t Table) string {
-	index := `"` + indexName(t.Name) + `"`
-	if t.Schema != "" {
-		index = `"` + t.Schema + `".` + index
-	}
-	return index
+// InsertClaimOrSkip: none; a duplicate's constraint error leaves the transaction usable.
+func (sqlite) InsertClaimOrSkip(Table) string { return "" }
+
+func (sqlite) SelectClaim(t Table) string {
+	return `SELECT payload_hash, produced FROM ` + t.Quoted + ` WHERE consumer = ? AND message_id = ?`
 }
+
+func (sqlite) UpdateProduced(t Table) string {
+	return `UPDATE ` + t.Quoted + ` SET produced = ? WHERE consumer = ? AND message_id = ?`
+}
+
+// Param: SQLite's drivers bind every parameter apart from the text.
+func (sqlite) Param(value any) any { return value }
 
 // sqliteConstraintPrimaryKey is SQLITE_CONSTRAINT_PRIMARYKEY, the extended result code of a
 // primary key violation (a UNIQUE index gives SQLITE_CONSTRAINT_UNIQUE, 2067).
 const sqliteConstraintPrimaryKey = 1555
 
-// sqliteDuplicateKey recognises SQLITE_CONSTRAINT_PRIMARYKEY. modernc.org/sqlite's *Error
-// has a Code() int method that returns the extended code, found with errors.As;
-// mattn/go-sqlite3's Error has an exported ExtendedCode field, read by reflection, so that
-// the library imports no SQLite driver.
-func sqliteDuplicateKey(err error, _ Table) bool {
-	var coded interface{ Code() int }
-	if errors.As(err, &coded) {
-		return coded.Code() == sqliteConstraintPrimaryKey
+// IsDuplicateKey recognises SQLITE_CONSTRAINT_PRIMARYKEY.
+func (sqlite) IsDuplicateKey(err error, _ Table) bool {
+	code, ok := sqliteCode(err)
+	return ok && code == sqliteConstraintPrimaryKey
+}
+
+// IsTransient: SQLITE_BUSY (a busy timeout that ran out) and SQLITE_LOCKED, the database's
+// own answer to two writers at once.
+func (sqlite) IsTransient(err error) bool {
+	code, ok := sqliteCode(err)
+	if !ok {
+		return false
 	}
-	for _, e := range errorChain(err) {
-		v := reflect.ValueOf(e)
-		if v.Kind() == reflect.Pointer {
-			v = v.Elem()
-		}
-		if v.Kind() != reflect.Struct {
-			continue
-		}
-		if code := v.FieldByName("ExtendedCode"); code.IsValid() && code.CanInt() {
-			return code.Int() == sqliteConstraintPrimaryKey
-		}
+	switch code & 0xff { // the primary code of an extended one
+	case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
+		return true
 	}
 	return false
 }
+
+// sqliteCode reads the extended result code of a SQLite error: modernc.org/sqlite's *Error has
+// a Code() int method, found with errors.As; mattn/go-sqlite3's Error has an exported
+// ExtendedCode field, read by reflection, so that the library imports no SQLite driver.
+func sqliteCode(err error) (int, bool) {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		return coded.Code(), true
+	}
+	for _, v := range errorFields(err) {
+		if code := v.FieldByName("ExtendedCode"); code.IsValid() && code.CanInt() {
+			return int(code.Int()), true
+		}
+	}
+	return 0, false
+}
+
+func (sqlite) Begin() string { return "BEGIN" }
+
+// LockTimeout: a pragma takes no parameters; the value is a number formatted here.
+func (sqlite) LockTimeout(timeout time.Duration) (string, []any) {
+	return "PRAGMA busy_timeout = " + strconv.FormatInt(max(timeout.Milliseconds(), 1), 10), nil
+}
+
+// DeleteExpired deletes by primary key: the table is WITHOUT ROWID.
+func (sqlite) DeleteExpired(t Table) string {
+	return render(`DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`, t)
+}
+
+func (sqlite) CountExpired(t Table) string {
+	return `SELECT COUNT(*) FROM ` + t.Quoted + ` WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?)`
+}
+
+// Age is a date modifier such as "-3600.000000 seconds".
+func (sqlite) Age(olderThan time.Duration) any {
+	micros := olderThan.Microseconds()
+	return fmt.Sprintf("-%d.%06d seconds", micros/1e6, micros%1e6)
+}
+
+// CleanupLock: none. SQLite's single writer runs one batch at a time.
+func (sqlite) CleanupLock(Table) (take, release string, key any) { return "", "", nil }
+
+// TableSize: dbstat counts the pages of the table and its index; without it (a build without
+// SQLITE_ENABLE_DBSTAT_VTAB, or another schema than main), the file's size.
+func (sqlite) TableSize(t Table) []SizeQuery {
+	var sizes []SizeQuery
+	if t.Schema == "" || t.Schema == "main" {
+		sizes = append(sizes, SizeQuery{SQL: "SELECT SUM(pgsize) FROM dbstat WHERE name IN (?, ?)",
+			Args: []any{t.Name, indexName(t.Name)}, Note: "dbstat"})
+	}
+	return append(sizes, SizeQuery{SQL: "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+		Note: "the whole database file: page_count * page_size"})
+}
+
+func (sqlite) MultiStatement() *MultiStatementSQL { return nil }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
@@ -26,7 +25,7 @@ func TestValidateTableName(t *testing.T) {
 		"inbox; DROP TABLE users", "inbox--", "inbóx", strings.Repeat("t", 64), "inbox\x00",
 	}
 	for _, name := range invalid {
-		if err := sqlinbox.ValidateTableName(name); !errors.Is(err, inbox.ErrInvalidTableName) {
+		if err := sqlinbox.ValidateTableName(name); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
 			t.Errorf("ValidateTableName(%q) = %v, want ErrInvalidTableName", name, err)
 		}
 	}
@@ -49,7 +48,7 @@ func TestSchemaSQL(t *testing.T) {
 				`CREATE INDEX IF NOT EXISTS "main"."inbox_processed_at" ON "inbox" (processed_at)`}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.dialect.String(), func(t *testing.T) {
+		t.Run(tt.dialect.Name(), func(t *testing.T) {
 			ddl, err := sqlinbox.SchemaSQL(tt.dialect, tt.table)
 			if err != nil {
 				t.Fatal(err)
@@ -67,41 +66,40 @@ func TestSchemaSQL(t *testing.T) {
 			}
 		})
 	}
-	if _, err := sqlinbox.SchemaSQL(sqlinbox.Dialect{Name: "oracle"}, "inbox"); err == nil {
-		t.Error("incomplete dialect: no error")
+	if _, err := sqlinbox.SchemaSQL(nil, "inbox"); err == nil {
+		t.Error("no dialect: no error")
 	}
-	if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres(), "inbox; DROP TABLE x"); !errors.Is(err, inbox.ErrInvalidTableName) {
+	if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres(), "inbox; DROP TABLE x"); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
 		t.Errorf("bad table: err = %v, want ErrInvalidTableName", err)
 	}
 }
 
 func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 	for _, table := range []string{"inbox; DROP TABLE users", `x" OR "1"="1`, "a.b.c", "1x"} {
-		if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres(), table); !errors.Is(err, inbox.ErrInvalidTableName) {
+		if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres(), table); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
 			t.Errorf("SchemaSQL(%q): err = %v, want ErrInvalidTableName", table, err)
 		}
 	}
 	// SQLite has no schemas: another than main would be an attached database, which neither
 	// a migration tool nor the store's connections attach.
 	for _, table := range []string{"app.billing_inbox", "temp.inbox"} {
-		_, err := sqlinbox.New(new(sql.DB), sqlinbox.SQLite(), sqlinbox.Config{Table: table})
-		if !errors.Is(err, inbox.ErrInvalidTableName) || !strings.Contains(err.Error(), "SQLite has no schemas") {
-			t.Errorf("New(SQLite, %q): err = %v, want ErrInvalidTableName saying SQLite has no schemas", table, err)
+		_, err := sqlinbox.NewDB(new(sql.DB), sqlinbox.SQLite(), sqlinbox.Config{Table: table})
+		if !errors.Is(err, sqlinbox.ErrInvalidTableName) || !strings.Contains(err.Error(), "SQLite has no schemas") {
+			t.Errorf("NewDB(SQLite, %q): err = %v, want ErrInvalidTableName saying SQLite has no schemas", table, err)
 		}
 	}
-	if _, err := sqlinbox.New(nil, sqlinbox.SQLite(), sqlinbox.Config{}); err == nil {
-		t.Error("New with a nil db accepted")
+	if _, err := sqlinbox.NewDB(nil, sqlinbox.SQLite(), sqlinbox.Config{}); err == nil {
+		t.Error("NewDB with a nil db accepted")
 	}
 	if _, err := sqlinbox.NewPgx(nil, sqlinbox.Config{}); err == nil {
 		t.Error("NewPgx with a nil db accepted")
 	}
-	if _, err := sqlinbox.SchemaSQL(sqlinbox.Dialect{}, "inbox"); err == nil {
-		t.Error("zero Dialect accepted")
+	if _, err := sqlinbox.NewDB(new(sql.DB), nil, sqlinbox.Config{}); err == nil {
+		t.Error("nil Dialect accepted")
 	}
-	noInsert := sqlinbox.SQLite()
-	noInsert.Insert = ""
-	if _, err := sqlinbox.SchemaSQL(noInsert, "inbox"); err == nil || !strings.Contains(err.Error(), "Insert") {
-		t.Errorf("dialect without Insert: err = %v, want one naming Insert", err)
+	if _, err := sqlinbox.NewDB(new(sql.DB), noInsert{sqlinbox.SQLite()}, sqlinbox.Config{}); err == nil ||
+		!strings.Contains(err.Error(), "InsertClaim") {
+		t.Errorf("dialect without InsertClaim: err = %v, want one naming InsertClaim", err)
 	}
 
 	// NewMultiStatement needs a connector and a dialect with MultiStatement SQL, and takes
@@ -133,6 +131,11 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 	defer db.Close()
 }
 
+// noInsert is SQLite without a claim statement.
+type noInsert struct{ sqlinbox.Dialect }
+
+func (noInsert) InsertClaim(sqlinbox.Table) string { return "" }
+
 // neverConnector is a driver.Connector that is never asked for a connection.
 type neverConnector struct{}
 
@@ -142,7 +145,7 @@ func (neverConnector) Connect(context.Context) (driver.Conn, error) {
 
 func (neverConnector) Driver() driver.Driver { return nil }
 
-func TestQuoteTable(t *testing.T) {
+func TestParseTable(t *testing.T) {
 	for _, tt := range []struct {
 		dialect     sqlinbox.Dialect
 		table, want string
@@ -151,9 +154,9 @@ func TestQuoteTable(t *testing.T) {
 		{sqlinbox.MySQL(), "test.inbox", "`test`.`inbox`"},
 		{sqlinbox.SQLite(), "inbox", `"inbox"`},
 	} {
-		got, err := tt.dialect.QuoteTable(tt.table)
-		if err != nil || got != tt.want {
-			t.Errorf("%s.QuoteTable(%q) = %q, %v; want %q", tt.dialect, tt.table, got, err, tt.want)
+		got, err := tt.dialect.ParseTable(tt.table)
+		if err != nil || got.Quoted != tt.want {
+			t.Errorf("%s.ParseTable(%q) = %q, %v; want %q", tt.dialect.Name(), tt.table, got.Quoted, err, tt.want)
 		}
 	}
 }

@@ -5,14 +5,13 @@ import (
 	"strings"
 	"testing"
 
-	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // FuzzTableNameIsOnlyIdentifiers checks the one piece of text the inbox puts into SQL: a
 // table name that ValidateTableName accepts is one or two parts joined by a dot, each made of
 // [A-Za-z0-9_] only, 1-63 bytes, not starting with a digit; everything else is rejected with
-// ErrInvalidTableName. Each dialect's QuoteTable and SchemaSQL agree with ValidateTableName
+// ErrInvalidTableName. Each dialect's ParseTable and SchemaSQL agree with ValidateTableName
 // (SQLite's refuse a schema other than main, which would be an attached database), and quoting wraps each part in the dialect's quote without ever putting a quote inside a
 // part.
 //
@@ -32,7 +31,7 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 		if (err == nil) != want {
 			t.Fatalf("ValidateTableName(%q) = %v, but the reference rule says valid=%v", name, err, want)
 		}
-		if err != nil && !errors.Is(err, inbox.ErrInvalidTableName) {
+		if err != nil && !errors.Is(err, sqlinbox.ErrInvalidTableName) {
 			t.Fatalf("ValidateTableName(%q) = %v, want an error wrapping ErrInvalidTableName", name, err)
 		}
 
@@ -48,17 +47,18 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 			if schema, _, qualified := strings.Cut(name, "."); err == nil && qualified && !d.schemas && schema != "main" {
 				err = errors.New("a schema the dialect has not")
 			}
-			quoted, qErr := d.dialect.QuoteTable(name)
+			table, qErr := d.dialect.ParseTable(name)
+			quoted := table.Quoted
 			if (qErr == nil) != (err == nil) {
-				t.Fatalf("%s: QuoteTable(%q) err = %v, want valid=%v", d.dialect, name, qErr, err == nil)
+				t.Fatalf("%s: ParseTable(%q) err = %v, want valid=%v", d.dialect.Name(), name, qErr, err == nil)
 			}
 			ddl, dErr := sqlinbox.SchemaSQL(d.dialect, name)
 			if (dErr == nil) != (err == nil) {
-				t.Fatalf("%s: SchemaSQL(%q) err = %v, want valid=%v", d.dialect, name, dErr, err == nil)
+				t.Fatalf("%s: SchemaSQL(%q) err = %v, want valid=%v", d.dialect.Name(), name, dErr, err == nil)
 			}
 			if err != nil {
-				if !errors.Is(qErr, inbox.ErrInvalidTableName) || !errors.Is(dErr, inbox.ErrInvalidTableName) {
-					t.Fatalf("%s: %q: QuoteTable err = %v, SchemaSQL err = %v, want ErrInvalidTableName",
+				if !errors.Is(qErr, sqlinbox.ErrInvalidTableName) || !errors.Is(dErr, sqlinbox.ErrInvalidTableName) {
+					t.Fatalf("%s: %q: ParseTable err = %v, SchemaSQL err = %v, want ErrInvalidTableName",
 						d.dialect, name, qErr, dErr)
 				}
 				continue
@@ -66,7 +66,7 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 			parts := strings.Split(name, ".")
 			quotedParts := strings.Split(quoted, ".")
 			if len(quotedParts) != len(parts) {
-				t.Fatalf("%s: QuoteTable(%q) = %q: %d parts, want %d", d.dialect, name, quoted, len(quotedParts), len(parts))
+				t.Fatalf("%s: ParseTable(%q) = %q: %d parts, want %d", d.dialect.Name(), name, quoted, len(quotedParts), len(parts))
 			}
 			for i, qp := range quotedParts {
 				inner, ok := strings.CutPrefix(qp, d.quote)
@@ -74,14 +74,14 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 					inner, ok = strings.CutSuffix(inner, d.quote)
 				}
 				if !ok || inner != parts[i] {
-					t.Fatalf("%s: QuoteTable(%q) = %q: part %q is not %s%s%s", d.dialect, name, quoted, qp, d.quote, parts[i], d.quote)
+					t.Fatalf("%s: ParseTable(%q) = %q: part %q is not %s%s%s", d.dialect.Name(), name, quoted, qp, d.quote, parts[i], d.quote)
 				}
 				if strings.ContainsAny(inner, "\"`'") {
-					t.Fatalf("%s: QuoteTable(%q) = %q: a quote inside part %q", d.dialect, name, quoted, inner)
+					t.Fatalf("%s: ParseTable(%q) = %q: a quote inside part %q", d.dialect.Name(), name, quoted, inner)
 				}
 			}
 			if !strings.HasPrefix(ddl, "CREATE TABLE IF NOT EXISTS "+quoted+" (") {
-				t.Fatalf("%s: SchemaSQL(%q) does not start with the quoted name %q: %.80q", d.dialect, name, quoted, ddl)
+				t.Fatalf("%s: SchemaSQL(%q) does not start with the quoted name %q: %.80q", d.dialect.Name(), name, quoted, ddl)
 			}
 		}
 	})

@@ -45,7 +45,7 @@ const (
 // The library keeps no version table of its own: the team's tool records what it applied.
 // A release that changes the table ships a migration of its own to add after this one.
 func MigrationFiles(dialect Dialect, table string, format MigrationFormat, version string) (fs.FS, error) {
-	t, err := dialect.ParseTable(table)
+	t, err := parseTable(dialect, table)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func MigrationFiles(dialect Dialect, table string, format MigrationFormat, versi
 		return nil, err
 	}
 	name := version + "_create_" + strings.ReplaceAll(table, ".", "_")
-	up := dialect.Schema(t)
+	up := dialect.CreateTable(t)
 	down := []string{"DROP TABLE IF EXISTS " + t.Quoted}
 	switch format {
 	case FormatGoose:

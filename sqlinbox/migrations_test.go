@@ -9,7 +9,6 @@ import (
 	"testing/fstest"
 	"time"
 
-	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
@@ -43,7 +42,7 @@ func TestMigrationFiles(t *testing.T) {
 		{sqlinbox.MySQL(), "test.billing_inbox", "DROP TABLE IF EXISTS `test`.`billing_inbox`;\n"},
 		{sqlinbox.SQLite(), "billing_inbox", `DROP TABLE IF EXISTS "billing_inbox";` + "\n"},
 	} {
-		t.Run(tt.dialect.Name, func(t *testing.T) {
+		t.Run(tt.dialect.Name(), func(t *testing.T) {
 			up, err := sqlinbox.SchemaSQL(tt.dialect, tt.table)
 			if err != nil {
 				t.Fatal(err)
@@ -87,12 +86,7 @@ func TestMigrationFiles(t *testing.T) {
 // goose ends a statement at a line that ends with ";": a statement holding one of its own
 // goes between StatementBegin and StatementEnd, the others do not.
 func TestMigrationFilesGooseStatementBlocks(t *testing.T) {
-	d := sqlinbox.Postgres()
-	d.Schema = func(t sqlinbox.Table) []string {
-		return []string{"CREATE TABLE " + t.Quoted + " (consumer text)",
-			"CREATE FUNCTION f() RETURNS int AS $$ BEGIN RETURN 1; END $$ LANGUAGE plpgsql"}
-	}
-	fsys, err := sqlinbox.MigrationFiles(d, "inbox", sqlinbox.FormatGoose, "1")
+	fsys, err := sqlinbox.MigrationFiles(withFunction{sqlinbox.Postgres()}, "inbox", sqlinbox.FormatGoose, "1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +102,14 @@ DROP TABLE IF EXISTS "inbox";
 	if got := readMigrations(t, fsys)["1_create_inbox.sql"]; got != want {
 		t.Errorf("goose file:\n%s\nwant\n%s", got, want)
 	}
+}
+
+// withFunction is PostgreSQL whose table comes with a function holding a ";".
+type withFunction struct{ sqlinbox.Dialect }
+
+func (withFunction) CreateTable(t sqlinbox.Table) []string {
+	return []string{"CREATE TABLE " + t.Quoted + " (consumer text)",
+		"CREATE FUNCTION f() RETURNS int AS $$ BEGIN RETURN 1; END $$ LANGUAGE plpgsql"}
 }
 
 // Without a version the files are numbered with the time in UTC, as goose create numbers
@@ -148,8 +150,8 @@ func TestMigrationFilesVersionAndBadInput(t *testing.T) {
 		{sqlinbox.MySQL(), "a.b.c"},
 		{sqlinbox.SQLite(), "app.billing_inbox"},
 	} {
-		if _, err := sqlinbox.MigrationFiles(tt.dialect, tt.table, sqlinbox.FormatGoose, "1"); !errors.Is(err, inbox.ErrInvalidTableName) {
-			t.Errorf("%s table %q: err = %v, want ErrInvalidTableName", tt.dialect, tt.table, err)
+		if _, err := sqlinbox.MigrationFiles(tt.dialect, tt.table, sqlinbox.FormatGoose, "1"); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
+			t.Errorf("%s table %q: err = %v, want ErrInvalidTableName", tt.dialect.Name(), tt.table, err)
 		}
 	}
 }

@@ -46,7 +46,7 @@ type multiStatementConn struct {
 }
 
 // endsInCommit is the argument the store adds to an adopted transaction's last request: the
-// connection sends the request with "; COMMIT" after it, and the transaction's Commit then
+// connection sends the request with COMMIT after it, and the transaction's Commit then
 // sends nothing. NamedValueChecker's documentation provides for such arguments (special
 // options to the query); the connection removes it before the driver sees the arguments.
 type endsInCommit struct{}
@@ -56,8 +56,8 @@ type endsInCommit struct{}
 var errNeedsMultiStatements = errors.New("sqlinbox: the driver would prepare a multi-statement request; " +
 	"set interpolateParams=true and multiStatements=true in the DSN")
 
-// beginWith sends START TRANSACTION and request as one request and, if it succeeds, makes the
-// next BeginTx adopt the transaction. If it fails, the server may be left in the
+// beginWith sends request, which begins a transaction, and, if it succeeds, makes the next
+// BeginTx adopt the transaction. If it fails, the server may be left in the
 // transaction: the caller ends it on this connection (ROLLBACK) or discards the connection.
 func (c *multiStatementConn) beginWith(ctx context.Context, request string, args []any) error {
 	if c.begun || c.tx != nil {
@@ -76,7 +76,7 @@ func (c *multiStatementConn) beginWith(ctx context.Context, request string, args
 			return fmt.Errorf("sqlinbox: argument %d: %w", i+1, err)
 		}
 	}
-	if _, err := c.execDriver(ctx, "START TRANSACTION; "+request, named); err != nil {
+	if _, err := c.execDriver(ctx, request, named); err != nil {
 		if errors.Is(err, driver.ErrSkip) {
 			return errNeedsMultiStatements
 		}
@@ -138,7 +138,7 @@ func (c *multiStatementConn) ExecContext(ctx context.Context, query string, args
 	if c.tx == nil || c.tx.committed {
 		return nil, errors.New("sqlinbox: commit request outside a transaction the store began")
 	}
-	result, err := c.execDriver(ctx, query+"; COMMIT", args[:len(args)-1])
+	result, err := c.execDriver(ctx, query+requestSeparator+sqlCommit, args[:len(args)-1])
 	if errors.Is(err, driver.ErrSkip) {
 		return nil, errNeedsMultiStatements
 	}

@@ -2,7 +2,6 @@ package sqlinbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -18,7 +17,8 @@ import (
 // copy of its message can still arrive. Cleanup deletes the rows older than a retention, of
 // every consumer (also of consumers that no longer exist), in bounded batches.
 
-// Cleaner deletes claims older than a retention. PgxStore and SQLStore implement it.
+// Cleaner deletes claims older than a retention. [Store] implements it; a RetentionRunner runs
+// one.
 type Cleaner interface {
 	// Cleanup deletes the claims older than olderThan, by the database's clock (the one
 	// that set processed_at), of every consumer, in batches of config.BatchSize rows, each
@@ -34,16 +34,15 @@ type Cleaner interface {
 }
 
 var (
-	_ Cleaner = (*PgxStore)(nil)
-	_ Cleaner = (*SQLStore)(nil)
+	_ Cleaner        = (*Store)(nil)
+	_ countedCleaner = (*Store)(nil)
 )
 
 // DefaultCleanupBatchSize is the number of rows one cleanup statement deletes when
 // CleanupConfig.BatchSize is 0.
 const DefaultCleanupBatchSize = 10_000
 
-// ErrCleanupBusy is returned by PgxStore.Cleanup and SQLStore.Cleanup, having deleted
-// nothing, when another cleanup of the same table holds its lock (PostgreSQL: a
+// ErrCleanupBusy is returned by Store.Cleanup, having deleted nothing, when another cleanup of the same table holds its lock (PostgreSQL: a
 // transaction-level advisory lock; MySQL: a named lock, GET_LOCK). SQLite takes no lock and
 // never returns it.
 var ErrCleanupBusy = errors.New("sqlinbox: another cleanup of this table is running")
@@ -118,146 +117,135 @@ func validateOlderThan(olderThan time.Duration) error {
 	return nil
 }
 
-// cleanupStatements is what a cleanup sends, rendered once at construction.
-type cleanupStatements struct {
-	dialect                                Dialect
-	table                                  string
-	cleanup, expired, txLock, lock, unlock string
-	lockKey                                any
+// Cleanup implements Cleaner. A pass holds the dialect's lock (Dialect.CleanupLock) from
+// before its first batch to after its last. On PostgreSQL that is a transaction-level
+// advisory lock keyed by the table's OID, in a transaction kept open on one connection for
+// the pass while the batches run on the pool's other connections (a pool limited to one
+// connection is refused); it ends with its transaction, also when the cleaner is killed, its
+// connection lost, or a pooler in transaction mode sits between. On MySQL/MariaDB it is a
+// named lock (GET_LOCK) for the database and table, a session lock taken, used and released
+// on the one connection the pass runs on. SQLite takes no lock: its single writer runs one
+// batch at a time.
+func (s *Store) Cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig) (int64, error) {
+	return s.cleanup(ctx, olderThan, config, nil)
 }
 
-func newCleanupStatements(dialect Dialect, table Table) cleanupStatements {
-	s := cleanupStatements{
-		dialect: dialect,
-		table:   table.Name,
-		cleanup: render(dialect.Cleanup, table),
-		expired: render(dialect.Expired, table),
-		txLock:  dialect.CleanupTxLock,
-	}
-	if s.txLock == "" {
-		s.lock, s.unlock = dialect.CleanupLock, dialect.CleanupUnlock
-	}
-	if table.Schema != "" {
-		s.table = table.Schema + "." + table.Name
-	}
-	if dialect.CleanupLockKey != nil {
-		s.lockKey = dialect.CleanupLockKey(table)
-	}
-	return s
-}
-
-// args returns the parameters of the cleanup statement (batchSize > 0) or the expired one.
-func (s cleanupStatements) args(olderThan time.Duration, batchSize int) ([]any, error) {
-	if s.cleanup == "" || s.expired == "" || s.dialect.CleanupAge == nil {
-		return nil, fmt.Errorf("sqlinbox: dialect %q has no cleanup", s.dialect.Name)
-	}
-	age := s.dialect.CleanupAge(olderThan)
-	if batchSize == 0 {
-		return []any{age}, nil
-	}
-	return []any{age, batchSize}, nil
-}
-
-// countExpired counts, through session, the claims older than olderThan.
-func (s cleanupStatements) countExpired(ctx context.Context, session cleanupSession, olderThan time.Duration) (int64, error) {
-	if err := validateOlderThan(olderThan); err != nil {
-		return 0, err
-	}
-	args, err := s.args(olderThan, 0)
+func (s *Store) cleanup(ctx context.Context, olderThan time.Duration, cleanupConfig CleanupConfig, rowsCleaned metric.Int64Counter) (deleted int64, err error) {
+	config, err := preparePass(olderThan, cleanupConfig, rowsCleaned)
 	if err != nil {
 		return 0, err
 	}
-	n, err := session.queryInt(ctx, s.expired, args...)
+	args, err := s.cleanupArgs(olderThan, config.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	sql := s.sql
+	switch {
+	case sql.lockTake == "":
+		return s.pass(ctx, s.pool, nil, args, config)
+	case sql.lockRelease == "":
+		// The lock's transaction holds the lock on one connection; the batches need another.
+		if n := s.pool.maxConns(); n > 0 && n < 2 {
+			return 0, errors.New("sqlinbox: cleanup: the pool has one connection: a pass holds its lock on one and deletes on another")
+		}
+		err = s.pool.inTx(ctx, false, func(q querier) error {
+			lock := &cleanupLock{session: q, take: sql.lockTake, key: sql.lockKey, recheck: true}
+			deleted, err = s.pass(ctx, s.pool, lock, args, config)
+			return err
+		})
+		return deleted, err
+	}
+	err = s.pool.hold(ctx, func(q querier) (bool, error) {
+		lock := &cleanupLock{session: q, take: sql.lockTake, release: sql.lockRelease, key: sql.lockKey}
+		var releaseErr error
+		deleted, err = s.pass(ctx, q, lock, args, config)
+		if lock.held {
+			releaseErr = lock.releaseLock(ctx)
+		}
+		return releaseErr != nil, errors.Join(err, releaseErr)
+	})
+	return deleted, err
+}
+
+// CountExpired returns the number of claims older than olderThan: what Cleanup would delete
+// now.
+func (s *Store) CountExpired(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if err := validateOlderThan(olderThan); err != nil {
+		return 0, err
+	}
+	args, err := s.cleanupArgs(olderThan, 0)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.pool.queryInt(ctx, s.sql.countExpired, args...)
 	if err != nil {
 		return 0, fmt.Errorf("sqlinbox: count expired claims: %w", err)
 	}
 	return n.Int64, nil
 }
 
-// cleanupSession runs a pass's statements: its batches, and the statements of its lock.
-type cleanupSession interface {
-	exec(ctx context.Context, query string, args ...any) (int64, error)
-	queryInt(ctx context.Context, query string, args ...any) (sql.NullInt64, error)
+// cleanupArgs returns the parameters of DeleteExpired (batchSize > 0) or CountExpired.
+func (s *Store) cleanupArgs(olderThan time.Duration, batchSize int) ([]any, error) {
+	if s.sql.deleteExpired == "" || s.sql.countExpired == "" {
+		return nil, fmt.Errorf("sqlinbox: dialect %q has no cleanup", s.sql.dialect.Name())
+	}
+	age := s.sql.dialect.Age(olderThan)
+	if batchSize == 0 {
+		return []any{age}, nil
+	}
+	return []any{age, batchSize}, nil
 }
 
-// cleanupLock is the lock a pass holds from before its first batch to after its last.
+// cleanupLock is the lock a pass holds from before its first batch to after its last, taken
+// on session: the connection the batches run on (a session lock), or the transaction that
+// holds it (a transaction lock, which that transaction's end releases).
 type cleanupLock struct {
-	// take tries to take the lock; false: another cleanup holds it.
-	take func(ctx context.Context) (bool, error)
-	// check, if set, fails if the lock is no longer held; it runs before each batch.
-	check func(ctx context.Context) error
-	// release releases the lock, held or not (take said which); an error means the caller
-	// must close the connection the lock lives on, which releases it.
-	release func(ctx context.Context, held bool) error
+	session       querier
+	take, release string
+	key           any
+	recheck       bool // before each batch, check that the transaction still holds the lock
+	held          bool
 }
 
 // queryOne runs query, which returns 1 for yes.
-func queryOne(ctx context.Context, session cleanupSession, query string, key any) (bool, error) {
-	got, err := session.queryInt(ctx, query, key)
+func queryOne(ctx context.Context, q querier, query string, key any) (bool, error) {
+	got, err := q.queryInt(ctx, query, key)
 	return err == nil && got.Valid && got.Int64 == 1, err
 }
 
-// sessionLock is the dialect's session lock, taken and released on session, the connection
-// the batches run on.
-func (s cleanupStatements) sessionLock(session cleanupSession) *cleanupLock {
-	return &cleanupLock{
-		take: func(ctx context.Context) (bool, error) { return queryOne(ctx, session, s.lock, s.lockKey) },
-		release: func(ctx context.Context, held bool) error {
-			if !held {
-				return nil
-			}
-			released, err := queryOne(ctx, session, s.unlock, s.lockKey)
-			if err == nil && !released {
-				err = errors.New("the lock was not held")
-			}
-			return err
-		},
+// releaseLock releases a session lock; an error means the connection it lives on must be
+// closed, which releases it.
+func (l *cleanupLock) releaseLock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	released, err := queryOne(ctx, l.session, l.release, l.key)
+	if err == nil && !released {
+		err = errors.New("the lock was not held")
 	}
-}
-
-// txLockIn is the dialect's transaction lock, taken in tx, a transaction that only holds it;
-// end ends that transaction.
-func (s cleanupStatements) txLockIn(tx cleanupSession, end func(ctx context.Context) error) *cleanupLock {
-	return &cleanupLock{
-		take: func(ctx context.Context) (bool, error) { return queryOne(ctx, tx, s.txLock, s.lockKey) },
-		// Taking the lock again in the transaction that holds it succeeds: the transaction is
-		// alive and still holds the lock.
-		check: func(ctx context.Context) error {
-			held, err := queryOne(ctx, tx, s.txLock, s.lockKey)
-			if err == nil && !held {
-				err = errors.New("the lock's transaction no longer holds it")
-			}
-			return err
-		},
-		release: func(ctx context.Context, _ bool) error { return end(ctx) },
+	if err != nil {
+		return fmt.Errorf("sqlinbox: cleanup: release the lock: %w", err)
 	}
+	return nil
 }
 
 // pass runs one cleanup: its batches on batches, each a transaction of its own, holding lock
-// (nil: none). broken reports that the lock could not be released: the caller must close
-// the connections it lives on, which releases it.
-func (s cleanupStatements) pass(ctx context.Context, batches cleanupSession, lock *cleanupLock, olderThan time.Duration,
-	config passConfig,
-) (deleted int64, broken bool, err error) {
+// (nil: none).
+func (s *Store) pass(ctx context.Context, batches querier, lock *cleanupLock, args []any, config passConfig) (int64, error) {
 	if lock != nil {
-		held, takeErr := lock.take(ctx)
-		defer func() {
-			unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if unlockErr := lock.release(unlockCtx, held); unlockErr != nil {
-				broken = true
-				err = errors.Join(err, fmt.Errorf("sqlinbox: cleanup: release the lock: %w", unlockErr))
-			}
-		}()
-		if takeErr != nil {
-			return 0, false, fmt.Errorf("sqlinbox: cleanup: take the lock: %w", takeErr)
+		held, err := queryOne(ctx, lock.session, lock.take, lock.key)
+		if err != nil {
+			return 0, fmt.Errorf("sqlinbox: cleanup: take the lock: %w", err)
 		}
 		if !held {
-			return 0, false, ErrCleanupBusy
+			return 0, ErrCleanupBusy
 		}
+		lock.held = true
 	}
-	rowsCleaned := config.rowsCleaned
-	tableAttr := metric.WithAttributes(attribute.String("table", s.table))
+	table := s.sql.table.Name
+	if s.sql.table.Schema != "" {
+		table = s.sql.table.Schema + "." + table
+	}
+	tableAttr := metric.WithAttributes(attribute.String("table", table))
 	start := time.Now()
 	var progress CleanupProgress
 	report := func() {
@@ -267,33 +255,35 @@ func (s cleanupStatements) pass(ctx context.Context, batches cleanupSession, loc
 		}
 	}
 	report()
-	args, err := s.args(olderThan, config.BatchSize)
-	if err != nil {
-		return 0, false, err
-	}
 	var pause *time.Timer
 	for {
-		if lock != nil && lock.check != nil {
-			if err := lock.check(ctx); err != nil {
-				return progress.Deleted, false, fmt.Errorf("sqlinbox: cleanup: before batch %d: the lock: %w", progress.Batches+1, err)
+		if lock != nil && lock.recheck {
+			// Taking the lock again in the transaction that holds it succeeds: the transaction
+			// is alive and still holds the lock.
+			held, err := queryOne(ctx, lock.session, lock.take, lock.key)
+			if err == nil && !held {
+				err = errors.New("the lock's transaction no longer holds it")
+			}
+			if err != nil {
+				return progress.Deleted, fmt.Errorf("sqlinbox: cleanup: before batch %d: the lock: %w", progress.Batches+1, err)
 			}
 		}
-		n, err := batches.exec(ctx, s.cleanup, args...)
+		n, err := batches.exec(ctx, s.sql.deleteExpired, args...)
 		if err != nil {
-			return progress.Deleted, false, fmt.Errorf("sqlinbox: cleanup: batch %d: %w", progress.Batches+1, err)
+			return progress.Deleted, fmt.Errorf("sqlinbox: cleanup: batch %d: %w", progress.Batches+1, err)
 		}
-		rowsCleaned.Add(ctx, n, tableAttr)
+		config.rowsCleaned.Add(ctx, n, tableAttr)
 		progress.Batches++
 		progress.Batch = n
 		progress.Deleted += n
 		progress.Done = n < int64(config.BatchSize)
 		report()
 		if progress.Done {
-			return progress.Deleted, false, nil
+			return progress.Deleted, nil
 		}
 		if config.Pause <= 0 {
 			if err := ctx.Err(); err != nil {
-				return progress.Deleted, false, fmt.Errorf("sqlinbox: cleanup: %w", err)
+				return progress.Deleted, fmt.Errorf("sqlinbox: cleanup: %w", err)
 			}
 			continue
 		}
@@ -305,7 +295,7 @@ func (s cleanupStatements) pass(ctx context.Context, batches cleanupSession, loc
 		}
 		select {
 		case <-ctx.Done():
-			return progress.Deleted, false, fmt.Errorf("sqlinbox: cleanup: %w", ctx.Err())
+			return progress.Deleted, fmt.Errorf("sqlinbox: cleanup: %w", ctx.Err())
 		case <-pause.C:
 		}
 	}

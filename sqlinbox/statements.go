@@ -6,18 +6,26 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// statements is what a store sends, rendered once at construction.
+// statements is what a store sends, rendered once at construction: nothing is formatted per
+// message.
 type statements struct {
-	dialect               Dialect
-	table                 Table
-	insert, prior, record string
-	insertOrSkip          string // "" where the dialect has none
-	// lockTimeout is empty when Config.LockTimeout is 0.
-	lockTimeout     string
-	lockTimeoutArgs []any
-	schema          []string
-	schemaLock      string
-	cleanup         cleanupStatements
+	dialect Dialect
+	table   Table
+
+	begin                      string
+	insert, insertOrSkip       string // insertOrSkip: "" where the dialect has none
+	selectClaim, updateProduce string
+	lockTimeout                string // "" when Config.LockTimeout is 0
+	lockTimeoutArgs            []any
+
+	schema       []string
+	schemaLock   string
+	describe     string
+	describeArgs []any
+
+	deleteExpired, countExpired string
+	lockTake, lockRelease       string
+	lockKey                     any
 }
 
 func newStatements(dialect Dialect, config Config) (statements, error) {
@@ -25,66 +33,85 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 	if err := config.validate(); err != nil {
 		return statements{}, err
 	}
-	table, err := dialect.ParseTable(config.Table)
+	table, err := parseTable(dialect, config.Table)
 	if err != nil {
 		return statements{}, err
 	}
 	s := statements{
-		dialect:      dialect,
-		table:        table,
-		insert:       render(dialect.Insert, table),
-		prior:        render(dialect.Prior, table),
-		record:       render(dialect.Record, table),
-		insertOrSkip: render(dialect.InsertOrSkip, table),
-		schema:       dialect.Schema(table),
-		schemaLock:   dialect.SchemaLock,
-		cleanup:      newCleanupStatements(dialect, table),
+		dialect:       dialect,
+		table:         table,
+		begin:         dialect.Begin(),
+		insert:        dialect.InsertClaim(table),
+		insertOrSkip:  dialect.InsertClaimOrSkip(table),
+		selectClaim:   dialect.SelectClaim(table),
+		updateProduce: dialect.UpdateProduced(table),
+		schema:        dialect.CreateTable(table),
+		schemaLock:    dialect.SchemaLock(),
+		deleteExpired: dialect.DeleteExpired(table),
+		countExpired:  dialect.CountExpired(table),
+	}
+	s.describe, s.describeArgs = dialect.DescribeTable(table)
+	s.lockTake, s.lockRelease, s.lockKey = dialect.CleanupLock(table)
+	for _, required := range []struct{ text, method string }{
+		{s.begin, "Begin"}, {s.insert, "InsertClaim"}, {s.selectClaim, "SelectClaim"},
+		{s.updateProduce, "UpdateProduced"}, {s.describe, "DescribeTable"},
+	} {
+		if required.text == "" {
+			return statements{}, fmt.Errorf("sqlinbox: dialect %q has no %s", dialect.Name(), required.method)
+		}
 	}
 	if config.LockTimeout > 0 {
-		if dialect.LockTimeout == nil {
-			return statements{}, fmt.Errorf("sqlinbox: dialect %q has no LockTimeout: leave Config.LockTimeout 0", dialect.Name)
-		}
 		s.lockTimeout, s.lockTimeoutArgs = dialect.LockTimeout(config.LockTimeout)
+		if s.lockTimeout == "" {
+			return statements{}, fmt.Errorf("sqlinbox: dialect %q has no LockTimeout: leave Config.LockTimeout 0", dialect.Name())
+		}
 	}
 	return s, nil
 }
 
-// scanPrior reads the committed claim's record. No row means it was deleted between the
+// params returns the inbox's own values as the dialect's statements take them.
+func (s statements) params(values ...any) []any {
+	for i, v := range values {
+		values[i] = s.dialect.Param(v)
+	}
+	return values
+}
+
+// claimStatement is the claim as the store sends it: with skip, the statement that skips a
+// duplicate (it returns a row only for a new claim) where the dialect has one, else the plain
+// insert that fails on a duplicate.
+func (s statements) claimStatement(claim inbox.Claim, skip bool, inserted *bool) statement {
+	args := s.params(claim.Consumer, claim.Key, claim.Fingerprint)
+	if skip && s.insertOrSkip != "" {
+		return statement{sql: s.insertOrSkip, args: args, found: inserted, kind: kindClaim}
+	}
+	return statement{sql: s.insert, args: args, kind: kindClaim}
+}
+
+// lockTimeoutStatement is the lock timeout's statement, or none.
+func (s statements) lockTimeoutStatement() []statement {
+	if s.lockTimeout == "" {
+		return nil
+	}
+	return []statement{{sql: s.lockTimeout, args: s.lockTimeoutArgs, kind: kindLockTimeout}}
+}
+
+// recordStatement stores produced with the claim.
+func (s statements) recordStatement(claim inbox.Claim, produced []byte) statement {
+	return statement{sql: s.updateProduce, args: s.params(produced, claim.Consumer, claim.Key), kind: kindRecord}
+}
+
+// selectClaimArgs are the parameters of SelectClaim.
+func (s statements) selectClaimArgs(claim inbox.Claim) []any {
+	return s.params(claim.Consumer, claim.Key)
+}
+
+// scanClaim reads the committed claim's record. No row means it was deleted between the
 // claim and the read (retention): an error, so the message is redelivered and claimed anew.
-func scanPrior(row interface{ Scan(...any) error }) (*inbox.Processed, error) {
+func scanClaim(row interface{ Scan(...any) error }) (*inbox.Processed, error) {
 	var prior inbox.Processed
 	if err := row.Scan(&prior.Fingerprint, &prior.Produced); err != nil {
 		return nil, fmt.Errorf("sqlinbox: read the committed claim: %w", err)
 	}
 	return &prior, nil
-}
-
-// The statements that begin and end a transaction in a batch. A batch's results end the
-// transaction on the connection; pgx's Tx is not involved.
-const (
-	sqlBegin    = "BEGIN"
-	sqlCommit   = "COMMIT"
-	sqlRollback = "ROLLBACK"
-)
-
-// errorChain returns err and every error it wraps, depth first.
-func errorChain(err error) []error {
-	var chain []error
-	var walk func(error)
-	walk = func(err error) {
-		if err == nil {
-			return
-		}
-		chain = append(chain, err)
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			walk(u.Unwrap())
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				walk(e)
-			}
-		}
-	}
-	walk(err)
-	return chain
 }

@@ -18,7 +18,7 @@ func TestStatements(t *testing.T) {
 			`DELETE FROM "inbox" WHERE ctid = ANY(ARRAY(SELECT ctid FROM "inbox" WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`,
 			[]any{int64(90 * 60 * 1e6), 100}, []any{"1500ms"}},
 		{MySQL(), "test.inbox",
-			"INSERT INTO `test`.`inbox` (consumer, message_id, payload_hash) VALUES (?, ?, ?)",
+			"INSERT INTO `test`.`inbox` (consumer, message_id, payload_hash) VALUES (UNHEX(?), UNHEX(?), UNHEX(?))",
 			"DELETE FROM `test`.`inbox` WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
 			[]any{int64(90 * 60 * 1e6), 100}, []any{int64(2)}},
 		{SQLite(), "main.inbox",
@@ -27,7 +27,7 @@ func TestStatements(t *testing.T) {
 			[]any{"-5400.000000 seconds", 100}, nil},
 	}
 	for _, tt := range tests {
-		t.Run(tt.dialect.String(), func(t *testing.T) {
+		t.Run(tt.dialect.Name(), func(t *testing.T) {
 			s, err := newStatements(tt.dialect, Config{Table: tt.table, LockTimeout: 1500 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
@@ -35,10 +35,10 @@ func TestStatements(t *testing.T) {
 			if s.insert != tt.insert {
 				t.Errorf("insert =\n%s\nwant\n%s", s.insert, tt.insert)
 			}
-			if s.cleanup.cleanup != tt.cleanup {
-				t.Errorf("cleanup =\n%s\nwant\n%s", s.cleanup.cleanup, tt.cleanup)
+			if s.deleteExpired != tt.cleanup {
+				t.Errorf("cleanup =\n%s\nwant\n%s", s.deleteExpired, tt.cleanup)
 			}
-			args, err := s.cleanup.args(90*time.Minute, 100)
+			args, err := (&Store{sql: s}).cleanupArgs(90*time.Minute, 100)
 			if err != nil || !equalArgs(args, tt.cleanupArgs) {
 				t.Errorf("cleanup args = %#v, %v; want %#v", args, err, tt.cleanupArgs)
 			}

@@ -1,6 +1,7 @@
 package sqlinbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,49 +16,20 @@ import (
 // message_id alone (a second consumer's copy fails forever). The stores read the table's
 // shape from the database's catalog and refuse such a table before any message is processed.
 
-// ErrTableMismatch is wrapped by the error of every claim of a store whose inbox table cannot
-// guard against duplicates (PgxStore and SQLStore: Claim and ClaimAndCommit), of their
-// InitializeSchema when the table it found is such a table, and of their CheckTable. The
+// ErrTableMismatch is wrapped by the error of every claim of a [Store] whose inbox table
+// cannot guard against duplicates (Store.Claim and Store.ClaimAndCommit), of its
+// InitializeSchema when the table it found is such a table, and of its CheckTable. The
 // message says which table, what is wrong and what is wanted. Nothing is claimed or
 // committed and, in claim-first mode, the handler does not run: the message is nacked. A
 // missing table is reported with it too.
 var ErrTableMismatch = errors.New("sqlinbox: the inbox table cannot guard against duplicates")
 
-// TableCheck is how a dialect reads an inbox table's shape from the database's catalog, for
-// the check every store runs before its first claim (see PgxStore.CheckTable).
-type TableCheck struct {
-	// Describe returns the query, sent as it is, and its parameters, that describe table: one row per
-	// column, in the order of TableColumn's fields (name text, type text, key position,
-	// then the integers 0 or 1 for Exact, Binary, Temporal, Nullable and HasDefault, then
-	// the primary key's name, "" if there is none). No row: the table does not exist.
-	// Required.
-	Describe func(table Table) (query string, args []any)
-
-	// KeyType, BytesType and TimeType name, for error messages, the types this dialect
-	// accepts for the key columns, for payload_hash and produced, and for processed_at
-	// (`varchar or text COLLATE "C", or bytea`).
-	KeyType, BytesType, TimeType string
-}
-
-// TableColumn is one column of the inbox table as TableCheck.Describe reports it.
-type TableColumn struct {
-	// Name is the column's name; Type its type as the catalog writes it, with its
-	// collation if that is not the type's default (for messages).
-	Name, Type string
-	// KeyPosition is the column's position in the primary key, from 1; 0 if it is not in it.
-	KeyPosition int64
-	// Exact: a string or binary type whose values compare, and are unique, byte for byte
-	// (no case folding, no trailing-space padding, no prefix index).
-	Exact bool
-	// Binary: the column holds any bytes as they are.
-	Binary bool
-	// Temporal: the column holds the time of the claim, as the dialect's Cleanup compares it.
-	Temporal bool
-	// Nullable: the column accepts NULL; HasDefault: an insert that omits it gets a value
-	// (a default, a generated or identity column).
-	Nullable, HasDefault bool
-	// PrimaryKey is the name of the table's primary key ("" if none), the same on every row.
-	PrimaryKey string
+// column is one column of the inbox table as Dialect.DescribeTable reports it; see there.
+type column struct {
+	name, typ                                     string
+	keyPosition                                   int64
+	exact, binary, temporal, nullable, hasDefault bool
+	primaryKey                                    string
 }
 
 // The columns the inbox writes and reads, in the order the default schema creates them.
@@ -66,25 +38,25 @@ var (
 	inboxColumns = []string{"consumer", "message_id", "processed_at", "payload_hash", "produced"}
 )
 
-// judgeTable returns nil if columns, as dialect's TableCheck described table, describe a
+// judgeTable returns nil if columns, as the dialect's DescribeTable described table, describe a
 // table that guards against duplicates, else an error wrapping ErrTableMismatch with every
 // reason.
-func judgeTable(dialect Dialect, table Table, columns []TableColumn) error {
-	check := dialect.TableCheck
+func judgeTable(dialect Dialect, table Table, columns []column) error {
+	keyType, binaryType, timeType := dialect.ColumnTypes()
 	if len(columns) == 0 {
 		return tableMismatch(table, []string{"it does not exist; write its migration with " + migrationCommand(dialect, table) +
 			" (-format golang-migrate or sql for those tools) and apply it with your migration tool, " +
 			"or create it with InitializeSchema or \"watermill-inbox migrate\""})
 	}
-	byName := map[string]TableColumn{}
-	var key []TableColumn
+	byName := map[string]column{}
+	var key []column
 	for _, c := range columns {
-		byName[c.Name] = c
-		if c.KeyPosition > 0 {
+		byName[c.name] = c
+		if c.keyPosition > 0 {
 			key = append(key, c)
 		}
 	}
-	slices.SortFunc(key, func(a, b TableColumn) int { return int(a.KeyPosition - b.KeyPosition) })
+	slices.SortFunc(key, func(a, b column) int { return int(a.keyPosition - b.keyPosition) })
 
 	var problems []string
 	var missing []string
@@ -100,7 +72,7 @@ func judgeTable(dialect Dialect, table Table, columns []TableColumn) error {
 
 	keyNames := make([]string, len(key))
 	for i, c := range key {
-		keyNames[i] = c.Name
+		keyNames[i] = c.name
 	}
 	switch {
 	case len(key) == 0:
@@ -115,20 +87,20 @@ func judgeTable(dialect Dialect, table Table, columns []TableColumn) error {
 			continue
 		}
 		switch {
-		case (name == "consumer" || name == "message_id") && !c.Exact:
+		case (name == "consumer" || name == "message_id") && !c.exact:
 			problems = append(problems, fmt.Sprintf("column %s is %s, which does not compare bytes exactly (two keys differing in case or trailing spaces would be one); want %s",
-				name, c.Type, check.KeyType))
-		case (name == "payload_hash" || name == "produced") && !c.Binary:
-			problems = append(problems, fmt.Sprintf("column %s is %s, which does not hold bytes as they are; want %s", name, c.Type, check.BytesType))
-		case name == "processed_at" && !c.Temporal:
-			problems = append(problems, fmt.Sprintf("column processed_at is %s, which retention cannot compare with a time; want %s", c.Type, check.TimeType))
-		case name == "processed_at" && !c.HasDefault:
-			problems = append(problems, fmt.Sprintf("column processed_at has no default, so claims would not record their time; want %s with the default of \"watermill-inbox schema\"", check.TimeType))
+				name, c.typ, keyType))
+		case (name == "payload_hash" || name == "produced") && !c.binary:
+			problems = append(problems, fmt.Sprintf("column %s is %s, which does not hold bytes as they are; want %s", name, c.typ, binaryType))
+		case name == "processed_at" && !c.temporal:
+			problems = append(problems, fmt.Sprintf("column processed_at is %s, which retention cannot compare with a time; want %s", c.typ, timeType))
+		case name == "processed_at" && !c.hasDefault:
+			problems = append(problems, fmt.Sprintf("column processed_at has no default, so claims would not record their time; want %s with the default of \"watermill-inbox schema\"", timeType))
 		}
 	}
 	for _, c := range columns {
-		if !slices.Contains(inboxColumns, c.Name) && !c.Nullable && !c.HasDefault {
-			problems = append(problems, fmt.Sprintf("column %s is NOT NULL without a default, so every claim would fail; want it nullable or with a default", c.Name))
+		if !slices.Contains(inboxColumns, c.name) && !c.nullable && !c.hasDefault {
+			problems = append(problems, fmt.Sprintf("column %s is NOT NULL without a default, so every claim would fail; want it nullable or with a default", c.name))
 		}
 	}
 	if len(problems) > 0 {
@@ -137,19 +109,15 @@ func judgeTable(dialect Dialect, table Table, columns []TableColumn) error {
 	return nil
 }
 
-// migrationCommand is the command that writes the migration creating table in dialect,
-// for the messages of a refused table; for a dialect the command does not know, the
-// function that returns the files.
+// migrationCommand is the command that writes the migration creating table in dialect, for
+// the messages of a refused table. It names the dialect as the command does: a dialect of
+// one's own is known to a build of the command that lists it (package inboxcli).
 func migrationCommand(dialect Dialect, table Table) string {
 	name := table.Name
 	if table.Schema != "" {
 		name = table.Schema + "." + name
 	}
-	switch dialect.Name {
-	case "postgres", "mysql", "sqlite":
-		return fmt.Sprintf(`"watermill-inbox schema -format goose -dialect %s -table %s -out DIR"`, dialect.Name, name)
-	}
-	return fmt.Sprintf("sqlinbox.MigrationFiles(dialect, %q, format, version)", name)
+	return fmt.Sprintf(`"watermill-inbox schema -format goose -dialect %s -table %s -out DIR"`, dialect.Name(), name)
 }
 
 func tableMismatch(table Table, problems []string) error {
@@ -165,4 +133,50 @@ func (e mismatchError) Unwrap() error { return ErrTableMismatch }
 // sameSet reports whether a and b hold the same names, in any order.
 func sameSet(a, b []string) bool {
 	return len(a) == len(b) && !slices.ContainsFunc(a, func(s string) bool { return !slices.Contains(b, s) })
+}
+
+// isTableMismatch reports whether err is a table check's refusal.
+func isTableMismatch(err error) bool { return errors.Is(err, ErrTableMismatch) }
+
+// CheckTable reads the inbox table's shape from the database's catalog and returns an error
+// wrapping ErrTableMismatch if it cannot guard against duplicates, another error if the
+// catalog could not be read, nil if the table is fit. The store runs it before its first
+// claim; call it at start-up too, so that a service on a table that cannot guard refuses to
+// start, and from a readiness probe. Its verdict is the store's: a refused table is refused
+// by every claim until a check passes (at most every 10 s while messages arrive), a table
+// that passes is used at once.
+func (s *Store) CheckTable(ctx context.Context) error {
+	return s.table.check(ctx, s.table.passing(s.describe))
+}
+
+// describe reads the table's shape in a transaction of its own, judges it and returns the
+// primary key's name. The transaction keeps the catalog query on one server connection
+// behind a pooler in transaction mode, where a statement sent in steps (pgx's describe-exec
+// mode) could otherwise have its steps run on two.
+func (s *Store) describe(ctx context.Context) (primaryKey string, err error) {
+	var columns []column
+	err = s.pool.inTx(ctx, false, func(q querier) error {
+		rows, err := q.query(ctx, s.sql.describe, s.sql.describeArgs...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c column
+			var exact, binary, temporal, nullable, hasDefault int64
+			if err := rows.Scan(&c.name, &c.typ, &c.keyPosition, &exact, &binary, &temporal, &nullable, &hasDefault, &c.primaryKey); err != nil {
+				return err
+			}
+			c.exact, c.binary, c.temporal, c.nullable, c.hasDefault = exact == 1, binary == 1, temporal == 1, nullable == 1, hasDefault == 1
+			columns = append(columns, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return "", fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
+	}
+	if err := judgeTable(s.sql.dialect, s.sql.table, columns); err != nil {
+		return "", err
+	}
+	return columns[0].primaryKey, nil
 }

@@ -10,13 +10,13 @@ import (
 )
 
 // goodColumns is the default schema as a dialect describes it.
-func goodColumns() []TableColumn {
-	return []TableColumn{
-		{Name: "consumer", Type: "varchar(255)", KeyPosition: 1, Exact: true, PrimaryKey: "inbox_pkey"},
-		{Name: "message_id", Type: "varchar(255)", KeyPosition: 2, Exact: true, PrimaryKey: "inbox_pkey"},
-		{Name: "processed_at", Type: "timestamptz", Temporal: true, HasDefault: true, PrimaryKey: "inbox_pkey"},
-		{Name: "payload_hash", Type: "bytea", Binary: true, Exact: true, Nullable: true, PrimaryKey: "inbox_pkey"},
-		{Name: "produced", Type: "bytea", Binary: true, Exact: true, Nullable: true, PrimaryKey: "inbox_pkey"},
+func goodColumns() []column {
+	return []column{
+		{name: "consumer", typ: "varchar(255)", keyPosition: 1, exact: true, primaryKey: "inbox_pkey"},
+		{name: "message_id", typ: "varchar(255)", keyPosition: 2, exact: true, primaryKey: "inbox_pkey"},
+		{name: "processed_at", typ: "timestamptz", temporal: true, hasDefault: true, primaryKey: "inbox_pkey"},
+		{name: "payload_hash", typ: "bytea", binary: true, exact: true, nullable: true, primaryKey: "inbox_pkey"},
+		{name: "produced", typ: "bytea", binary: true, exact: true, nullable: true, primaryKey: "inbox_pkey"},
 	}
 }
 
@@ -25,58 +25,58 @@ func TestJudgeTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edit := func(f func(c []TableColumn) []TableColumn) []TableColumn { return f(goodColumns()) }
+	edit := func(f func(c []column) []column) []column { return f(goodColumns()) }
 	for _, tt := range []struct {
 		name    string
-		columns []TableColumn
+		columns []column
 		want    string // "" accepts
 	}{
 		{"the default schema", goodColumns(), ""},
-		{"key columns in the other order", edit(func(c []TableColumn) []TableColumn {
-			c[0].KeyPosition, c[1].KeyPosition = 2, 1
+		{"key columns in the other order", edit(func(c []column) []column {
+			c[0].keyPosition, c[1].keyPosition = 2, 1
 			return c
 		}), ""},
-		{"extra columns that are nullable or have a default", edit(func(c []TableColumn) []TableColumn {
-			return append(c, TableColumn{Name: "tenant", Nullable: true}, TableColumn{Name: "n", HasDefault: true})
+		{"extra columns that are nullable or have a default", edit(func(c []column) []column {
+			return append(c, column{name: "tenant", nullable: true}, column{name: "n", hasDefault: true})
 		}), ""},
 		{"no table", nil, `sqlinbox: table "billing"."inbox" cannot guard against duplicates: it does not exist; ` +
 			`write its migration with "watermill-inbox schema -format goose -dialect postgres -table billing.inbox -out DIR"`},
-		{"no primary key", edit(func(c []TableColumn) []TableColumn {
-			c[0].KeyPosition, c[1].KeyPosition = 0, 0
+		{"no primary key", edit(func(c []column) []column {
+			c[0].keyPosition, c[1].keyPosition = 0, 0
 			return c
 		}), "it has no primary key (a UNIQUE constraint or index is not one); want (consumer, message_id)"},
-		{"primary key on message_id alone", edit(func(c []TableColumn) []TableColumn {
-			c[0].KeyPosition, c[1].KeyPosition = 0, 1
+		{"primary key on message_id alone", edit(func(c []column) []column {
+			c[0].keyPosition, c[1].keyPosition = 0, 1
 			return c
 		}), `sqlinbox: table "billing"."inbox" cannot guard against duplicates: its primary key is (message_id); want (consumer, message_id)`},
-		{"primary key with a third column", edit(func(c []TableColumn) []TableColumn {
-			c[2].KeyPosition = 3
+		{"primary key with a third column", edit(func(c []column) []column {
+			c[2].keyPosition = 3
 			return c
 		}), "its primary key is (consumer, message_id, processed_at); want (consumer, message_id)"},
 		// The duplicate-key check compares the name the check read, whatever it is.
-		{"a primary key of another name", edit(func(c []TableColumn) []TableColumn {
+		{"a primary key of another name", edit(func(c []column) []column {
 			for i := range c {
-				c[i].PrimaryKey = "pk_billing_inbox"
+				c[i].primaryKey = "pk_billing_inbox"
 			}
 			return c
 		}), ""},
-		{"case-insensitive message_id", edit(func(c []TableColumn) []TableColumn {
-			c[1].Type, c[1].Exact = "citext", false
+		{"case-insensitive message_id", edit(func(c []column) []column {
+			c[1].typ, c[1].exact = "citext", false
 			return c
 		}), `column message_id is citext, which does not compare bytes exactly`},
-		{"produced missing", edit(func(c []TableColumn) []TableColumn { return c[:4] }),
+		{"produced missing", edit(func(c []column) []column { return c[:4] }),
 			"it has no column produced; want all of consumer, message_id, processed_at, payload_hash, produced, " +
 				`which the table the migration of "watermill-inbox schema -format goose -dialect postgres -table billing.inbox -out DIR" creates has`},
-		{"produced as text", edit(func(c []TableColumn) []TableColumn {
-			c[4].Type, c[4].Binary = "text", false
+		{"produced as text", edit(func(c []column) []column {
+			c[4].typ, c[4].binary = "text", false
 			return c
 		}), "column produced is text, which does not hold bytes as they are; want bytea"},
-		{"processed_at without a default", edit(func(c []TableColumn) []TableColumn {
-			c[2].HasDefault = false
+		{"processed_at without a default", edit(func(c []column) []column {
+			c[2].hasDefault = false
 			return c
 		}), "column processed_at has no default"},
-		{"an extra NOT NULL column without a default", edit(func(c []TableColumn) []TableColumn {
-			return append(c, TableColumn{Name: "tenant"})
+		{"an extra NOT NULL column without a default", edit(func(c []column) []column {
+			return append(c, column{name: "tenant"})
 		}), "column tenant is NOT NULL without a default"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,7 +97,7 @@ func TestJudgeTable(t *testing.T) {
 // tableRecheckInterval, then checks again; an error that is no verdict is checked again at once.
 func TestTableGuard(t *testing.T) {
 	table := Table{Quoted: `"inbox"`}
-	g := newTableGuard(nil)
+	g := newTableGuard(nil, table)
 	now := time.Unix(0, 0)
 	g.now = func() time.Time { return now }
 	var mu sync.Mutex
@@ -113,7 +113,7 @@ func TestTableGuard(t *testing.T) {
 	ctx := context.Background()
 
 	for range 5 {
-		if err := g.before(ctx, table, check); !errors.Is(err, ErrTableMismatch) {
+		if err := g.before(ctx, g.passing(check)); !errors.Is(err, ErrTableMismatch) {
 			t.Fatalf("err = %v, want ErrTableMismatch", err)
 		}
 	}
@@ -122,23 +122,23 @@ func TestTableGuard(t *testing.T) {
 	}
 	setVerdict(nil) // the table is fixed
 	now = now.Add(tableRecheckInterval - time.Millisecond)
-	if err := g.before(ctx, table, check); err == nil || checks != 1 {
+	if err := g.before(ctx, g.passing(check)); err == nil || checks != 1 {
 		t.Fatalf("before the interval: err = %v after %d checks, want the refusal after 1", err, checks)
 	}
-	if key := g.table(table).PrimaryKey; key != "" {
+	if key := g.withKey(table).PrimaryKey; key != "" {
 		t.Fatalf("primary key %q before a check passed, want none", key)
 	}
 	now = now.Add(time.Millisecond)
-	if err := g.before(ctx, table, check); err != nil || checks != 2 {
+	if err := g.before(ctx, g.passing(check)); err != nil || checks != 2 {
 		t.Fatalf("after the interval: err = %v after %d checks, want nil after 2", err, checks)
 	}
-	if key := g.table(table).PrimaryKey; key != "pk_inbox" {
+	if key := g.withKey(table).PrimaryKey; key != "pk_inbox" {
 		t.Fatalf("primary key %q after the check passed, want the one it read", key)
 	}
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			if err := g.before(ctx, table, check); err != nil {
+			if err := g.before(ctx, g.passing(check)); err != nil {
 				t.Error(err)
 			}
 		})
@@ -150,19 +150,19 @@ func TestTableGuard(t *testing.T) {
 
 	// CheckTable's explicit check replaces the verdict both ways.
 	setVerdict(mismatchError("refused"))
-	if err := g.check(ctx, table, check); !errors.Is(err, ErrTableMismatch) {
+	if err := g.check(ctx, g.passing(check)); !errors.Is(err, ErrTableMismatch) {
 		t.Fatalf("explicit check: %v", err)
 	}
-	if err := g.before(ctx, table, check); !errors.Is(err, ErrTableMismatch) || checks != 3 {
+	if err := g.before(ctx, g.passing(check)); !errors.Is(err, ErrTableMismatch) || checks != 3 {
 		t.Fatalf("after a refusing explicit check: err = %v after %d checks", err, checks)
 	}
 
 	// A catalog that cannot be read is no verdict: the next message checks again.
-	g = newTableGuard(nil)
+	g = newTableGuard(nil, table)
 	setVerdict(errors.New("connection refused"))
 	checks = 0
 	for range 3 {
-		if err := g.before(ctx, table, check); err == nil || errors.Is(err, ErrTableMismatch) {
+		if err := g.before(ctx, g.passing(check)); err == nil || errors.Is(err, ErrTableMismatch) {
 			t.Fatalf("err = %v, want the connection error", err)
 		}
 	}

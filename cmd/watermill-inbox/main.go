@@ -204,7 +204,7 @@ func (c *command) parse(args []string, stderr io.Writer) error {
 type inboxDB struct {
 	db      *sql.DB
 	dialect sqlinbox.Dialect
-	store   *sqlinbox.SQLStore
+	store   *sqlinbox.Store
 }
 
 func (d *inboxDB) Close() error { return d.db.Close() }
@@ -234,15 +234,15 @@ func (c *command) open(ctx context.Context, creates bool) (*inboxDB, error) {
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open the %s database: %w", dialect, err)
+		return nil, fmt.Errorf("open the %s database: %w", dialect.Name(), err)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("connect to the %s database: %w", dialect, err)
+		return nil, fmt.Errorf("connect to the %s database: %w", dialect.Name(), err)
 	}
-	store, err := sqlinbox.New(db, dialect, sqlinbox.Config{Table: c.table})
+	store, err := sqlinbox.NewDB(db, dialect, sqlinbox.Config{Table: c.table})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -252,7 +252,8 @@ func (c *command) open(ctx context.Context, creates bool) (*inboxDB, error) {
 
 // checkTable fails with a clear message when the inbox table does not exist.
 func (d *inboxDB) checkTable(ctx context.Context, table string) error {
-	quoted, err := d.dialect.QuoteTable(table)
+	parsed, err := d.dialect.ParseTable(table)
+	quoted := parsed.Quoted
 	if err != nil {
 		return err
 	}
@@ -344,7 +345,7 @@ func (t *target) resolve(needDSN, creates bool) (dialect sqlinbox.Dialect, drive
 		if o, ok = lookup(t.dialectName); !ok {
 			return dialect, "", "", usagef("unknown dialect %q: use %s", t.dialectName, dialectNames())
 		}
-		if hasScheme && fromScheme.dialect.Name != o.dialect.Name {
+		if hasScheme && fromScheme.dialect.Name() != o.dialect.Name() {
 			return dialect, "", "", usagef("-dialect %s does not match the DSN's scheme, which names %s", t.dialectName, fromScheme.dialect)
 		}
 	case hasScheme:

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -236,7 +235,7 @@ func insert(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, table, consumer 
 	var args []any
 	for i := range n {
 		p1, p2 := "?", "?"
-		if dialect.Name == sqlinbox.Postgres().Name {
+		if dialect.Name() == sqlinbox.Postgres().Name() {
 			p1, p2 = fmt.Sprintf("$%d", 2*i+1), fmt.Sprintf("$%d", 2*i+2)
 		}
 		values = append(values, "("+p1+", "+p2+", "+age+")")
@@ -254,7 +253,7 @@ func insert(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, table, consumer 
 func qualifiedTable(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect) string {
 	t.Helper()
 	schema, drop := testenv.Name("app"), "DROP SCHEMA IF EXISTS %s CASCADE"
-	if dialect.Name == sqlinbox.MySQL().Name {
+	if dialect.Name() == sqlinbox.MySQL().Name() {
 		drop = "DROP DATABASE IF EXISTS %s"
 	}
 	if _, err := db.ExecContext(context.Background(), "CREATE SCHEMA "+schema); err != nil {
@@ -292,7 +291,7 @@ func TestCommandsAgainstDatabases(t *testing.T) {
 func testCommandsAgainst(t *testing.T, d database, qualified bool) {
 	db, dialect := d.open(t)
 	table := testenv.Name("cli_inbox")
-	if qualified && dialect.Name == sqlinbox.SQLite().Name {
+	if qualified && dialect.Name() == sqlinbox.SQLite().Name() {
 		for _, command := range [][]string{{"migrate"}, {"check"}, {"stats"}, {"cleanup", "-older-than", "1d"}, {"schema"}} {
 			wantError(t, append(command, "-dsn", d.dsn, "-table", "app.billing_inbox"), exitUsage, "SQLite has no schemas")
 		}
@@ -384,7 +383,11 @@ func testCommandsAgainst(t *testing.T, d database, qualified bool) {
 	}
 
 	// Another cleanup holds the lock: exit 3, nothing deleted.
-	if lock := cmp.Or(dialect.CleanupTxLock, dialect.CleanupLock); lock != "" {
+	parsed, err := dialect.ParseTable(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lock, release, key := dialect.CleanupLock(parsed); lock != "" {
 		insert(t, db, dialect, table, "locked", 5, d.age)
 		// A transaction lock is held by an open transaction, a session lock by the
 		// connection.
@@ -396,7 +399,7 @@ func testCommandsAgainst(t *testing.T, d database, qualified bool) {
 		var holder interface {
 			QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 		} = conn
-		if dialect.CleanupTxLock != "" {
+		if release == "" { // a transaction lock
 			tx, err := conn.BeginTx(context.Background(), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -404,12 +407,8 @@ func testCommandsAgainst(t *testing.T, d database, qualified bool) {
 			defer tx.Rollback()
 			holder = tx
 		}
-		parsed, err := dialect.ParseTable(table)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var got int
-		if err := holder.QueryRowContext(context.Background(), lock, dialect.CleanupLockKey(parsed)).Scan(&got); err != nil || got != 1 {
+		if err := holder.QueryRowContext(context.Background(), lock, key).Scan(&got); err != nil || got != 1 {
 			t.Fatalf("take the cleanup lock: %d, %v", got, err)
 		}
 		wantError(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...), exitBusy,
@@ -436,7 +435,7 @@ func TestCheckCommand(t *testing.T) {
 			})
 			// The upgrade policy: the refusal names the command that writes the migration.
 			wantError(t, []string{"check", "-dsn", d.dsn, "-table", bad}, exitFail,
-				`it does not exist; write its migration with "watermill-inbox schema -format goose -dialect `+dialect.Name+` -table `+bad+` -out DIR"`)
+				`it does not exist; write its migration with "watermill-inbox schema -format goose -dialect `+dialect.Name()+` -table `+bad+` -out DIR"`)
 
 			// A table as a migration tool could make it: the right columns, no primary key.
 			if _, err := db.ExecContext(context.Background(), "CREATE TABLE "+bad+

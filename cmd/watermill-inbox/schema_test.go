@@ -78,7 +78,7 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 	} {
 		for _, format := range formats {
 			dir := t.TempDir()
-			args := []string{"schema", "-format", string(format), "-dialect", tt.dialect.Name, "-table", tt.table, "-out", dir, "-version", "00042"}
+			args := []string{"schema", "-format", string(format), "-dialect", tt.dialect.Name(), "-table", tt.table, "-out", dir, "-version", "00042"}
 			code, stdout, stderr := cli(t, args...)
 			var wantOut string
 			for _, name := range tt.names[format] {
@@ -93,7 +93,7 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 			}
 
 			// Without -out: the one file on stdout.
-			code, stdout, _ = cli(t, "schema", "-format", string(format), "-dialect", tt.dialect.Name, "-table", tt.table, "-version", "7")
+			code, stdout, _ = cli(t, "schema", "-format", string(format), "-dialect", tt.dialect.Name(), "-table", tt.table, "-version", "7")
 			one := libraryFiles(t, tt.dialect, tt.table, format, "7")
 			if len(one) == 1 {
 				for _, content := range one {

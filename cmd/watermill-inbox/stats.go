@@ -29,7 +29,8 @@ func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer d.Close()
 	db, dialect, store, t := d.db, d.dialect, d.store, c.target
-	quoted, err := dialect.QuoteTable(t.table)
+	parsed, err := dialect.ParseTable(t.table)
+	quoted := parsed.Quoted
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@
 //		return client.Invoice.Create().SetOrderID(msg.UUID).Exec(msg.Context())
 //	}
 //
-// The store must be a sqlinbox.SQLStore (a *sql.Tx); ent on pgx's pgx.Tx is not possible,
+// The store must be made by sqlinbox.NewDB (a *sql.Tx); ent on pgx's pgx.Tx is not possible,
 // ent speaks database/sql.
 //
 // # Why a helper

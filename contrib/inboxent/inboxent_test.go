@@ -34,7 +34,7 @@ var databases = []database{
 type fixture struct {
 	d        database
 	db       *sql.DB
-	store    *sqlinbox.SQLStore
+	store    *sqlinbox.Store
 	invoices string
 }
 
@@ -47,7 +47,7 @@ func newFixture(t *testing.T, d database) *fixture {
 	}
 	t.Cleanup(func() { db.Close() })
 	inboxTable := testenv.Name("inbox")
-	store, err := sqlinbox.New(db, d.dialect, sqlinbox.Config{Table: inboxTable})
+	store, err := sqlinbox.NewDB(db, d.dialect, sqlinbox.Config{Table: inboxTable})
 	if err != nil {
 		t.Fatal(err)
 	}

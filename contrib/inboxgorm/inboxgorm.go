@@ -13,7 +13,7 @@
 //		return db.Create(&Invoice{OrderID: msg.UUID}).Error
 //	}
 //
-// The store must be a sqlinbox.SQLStore on the same database as h.db (the same *sql.DB
+// The store must be made by sqlinbox.NewDB on the same database as h.db (the same *sql.DB
 // is simplest: gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}))); GORM on pgx's
 // pgx.Tx is not possible, GORM speaks database/sql.
 //

@@ -30,7 +30,7 @@ type Invoice struct {
 // fixture is an inbox on one database, the application's shared *gorm.DB on the same
 // *sql.DB, and an invoice table, all dropped when the test ends.
 type fixture struct {
-	store    *sqlinbox.SQLStore
+	store    *sqlinbox.Store
 	db       *gorm.DB
 	invoices string
 }
@@ -66,7 +66,7 @@ func newFixture(t *testing.T, d database, config *gorm.Config) *fixture {
 	ctx := context.Background()
 	sqlDB := d.open(t)
 	inboxTable := testenv.Name("inbox")
-	store, err := sqlinbox.New(sqlDB, d.dialect, sqlinbox.Config{Table: inboxTable})
+	store, err := sqlinbox.NewDB(sqlDB, d.dialect, sqlinbox.Config{Table: inboxTable})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,7 +130,7 @@ type App struct {
 	Tables     Tables
 	Topics     Topics
 	// Store is the inbox's store.
-	Store *sqlinbox.PgxStore
+	Store *sqlinbox.Store
 	// Poisoned holds the messages the poison queue took.
 	Poisoned *Held
 

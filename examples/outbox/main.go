@@ -241,7 +241,7 @@ func (s *System) Build(ctx context.Context, pool *pgxpool.Pool, wrap func(func(*
 // createTables creates the inbox table, returning the store on it, and the invoice table.
 // The invoice table has no UNIQUE constraint on order_id, on purpose: the inbox alone keeps
 // a second invoice out, so counting rows proves it.
-func (s *System) createTables(ctx context.Context, pool *pgxpool.Pool) (*sqlinbox.PgxStore, error) {
+func (s *System) createTables(ctx context.Context, pool *pgxpool.Pool) (*sqlinbox.Store, error) {
 	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: s.InboxTable})
 	if err != nil {
 		return nil, err

@@ -20,8 +20,8 @@ import (
 
 // NewStore returns the inbox store on db's database whose transactions bun begins: handlers
 // get them as a bun.Tx bound to db, with its query hooks and RunInTx savepoints.
-func NewStore(db *bun.DB, dialect sqlinbox.Dialect) (*sqlinbox.SQLStore, error) {
-	return sqlinbox.New(db.DB, dialect, sqlinbox.Config{
+func NewStore(db *bun.DB, dialect sqlinbox.Dialect) (*sqlinbox.Store, error) {
+	return sqlinbox.NewDB(db.DB, dialect, sqlinbox.Config{
 		Begin: sqlinbox.BeginWith(db.BeginTx, func(tx bun.Tx) *sql.Tx { return tx.Tx }),
 	})
 }

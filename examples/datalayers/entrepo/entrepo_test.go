@@ -19,7 +19,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-func setup(t *testing.T) (*entdb.Client, *sqlinbox.SQLStore, layertest.Layer) {
+func setup(t *testing.T) (*entdb.Client, *sqlinbox.Store, layertest.Layer) {
 	t.Helper()
 	ctx := context.Background()
 	sqlDB := layertest.Open(t, "pgx", layertest.PostgresURL(t))
@@ -27,7 +27,7 @@ func setup(t *testing.T) (*entdb.Client, *sqlinbox.SQLStore, layertest.Layer) {
 	if err := pool.Schema.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlinbox.New(sqlDB, sqlinbox.Postgres(), sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(sqlDB, sqlinbox.Postgres(), sqlinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func benchGORMHandle(b *testing.B, db gormBenchDatabase) {
 	}
 	defer sqlDB.Close()
 	table := testenv.Name("inbox")
-	store, err := sqlinbox.New(sqlDB, db.dialect, sqlinbox.Config{Table: table})
+	store, err := sqlinbox.NewDB(sqlDB, db.dialect, sqlinbox.Config{Table: table})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package gormrepo is a billing handler whose repository is GORM, on PostgreSQL or MariaDB.
-// The application opens one *gorm.DB on the *sql.DB of its sqlinbox.SQLStore;
+// The application opens one *gorm.DB on the *sql.DB of its store (sqlinbox.NewDB);
 // inboxgorm.DB turns it into a session on each message's inbox transaction.
 package gormrepo
 

@@ -29,7 +29,7 @@ func TestGORMMariaDB(t *testing.T) {
 
 func run(t *testing.T, sqlDB *sql.DB, dialect sqlinbox.Dialect, dialector gorm.Dialector, pg bool) {
 	ctx := context.Background()
-	store, err := sqlinbox.New(sqlDB, dialect, sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(sqlDB, dialect, sqlinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func openThroughTheKit(t *testing.T, driver, dsn string) *sql.DB {
 // (Queue) the same way.
 func runKit(t *testing.T, sqlDB *sql.DB, dialect sqlinbox.Dialect, dialector gorm.Dialector) {
 	ctx := context.Background()
-	store, err := sqlinbox.New(sqlDB, dialect, sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(sqlDB, dialect, sqlinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

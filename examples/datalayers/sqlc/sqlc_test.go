@@ -19,7 +19,7 @@ import (
 )
 
 // setup returns a pool and a pgx store on a fresh schema holding schema.sql's table.
-func setup(t *testing.T) (*pgxpool.Pool, *sqlinbox.PgxStore, layertest.Layer) {
+func setup(t *testing.T) (*pgxpool.Pool, *sqlinbox.Store, layertest.Layer) {
 	t.Helper()
 	ctx := context.Background()
 	url := layertest.PostgresURL(t)

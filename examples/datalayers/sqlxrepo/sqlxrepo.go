@@ -21,8 +21,8 @@ import (
 // NewStore returns the inbox store on db's database whose transactions sqlx begins: handlers
 // get them as a *sqlx.Tx, with db's mapper, driver name (for named queries and Rebind) and
 // unsafe mode.
-func NewStore(db *sqlx.DB, dialect sqlinbox.Dialect) (*sqlinbox.SQLStore, error) {
-	return sqlinbox.New(db.DB, dialect, sqlinbox.Config{
+func NewStore(db *sqlx.DB, dialect sqlinbox.Dialect) (*sqlinbox.Store, error) {
+	return sqlinbox.NewDB(db.DB, dialect, sqlinbox.Config{
 		Begin: sqlinbox.BeginWith(db.BeginTxx, func(tx *sqlx.Tx) *sql.Tx { return tx.Tx }),
 	})
 }

@@ -29,7 +29,8 @@ type Invoices struct {
 
 // NewInvoices returns the invoice writer for table, validated and quoted like the inbox's.
 func NewInvoices(table string) (*Invoices, error) {
-	quoted, err := sqlinbox.Postgres().QuoteTable(table)
+	parsed, err := sqlinbox.Postgres().ParseTable(table)
+	quoted := parsed.Quoted
 	if err != nil {
 		return nil, err
 	}

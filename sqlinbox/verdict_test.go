@@ -10,7 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// The guard of multi-statement requests checks the server once, shares one check among
+// The verdict of multi-statement requests checks the server once, shares one check among
 // concurrent messages and keeps a pass or a refusal for good; a check that could not run (a
 // node not yet ready, a database down) is no verdict and is repeated by the next message.
 func TestMultiStatementGuard(t *testing.T) {
@@ -28,7 +28,7 @@ func TestMultiStatementGuard(t *testing.T) {
 
 	// Not yet ready, then refused: the refusal stands even when the check would pass later.
 	logger := watermill.NewCaptureLogger()
-	g := newMultiStatementGuard(logger)
+	g := newVerdict(ErrMultiStatementRefused, 0, logger, "refused", nil)
 	setVerdict(errors.New("Error 1047 (08S01): WSREP has not yet prepared node for application use"))
 	for range 3 {
 		if err := g.before(ctx, check); err == nil || errors.Is(err, ErrMultiStatementRefused) {
@@ -57,7 +57,7 @@ func TestMultiStatementGuard(t *testing.T) {
 	}
 
 	// A pass stands too.
-	g = newMultiStatementGuard(nil)
+	g = newVerdict(ErrMultiStatementRefused, 0, nil, "refused", nil)
 	checks = 0
 	for range 5 {
 		if err := g.before(ctx, check); err != nil {

@@ -1,0 +1,142 @@
+package sqlinbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+)
+
+// The claim flow, the same on every store: check the table (and, for multi-statement
+// requests, the server) once; begin with the lock timeout and the claim; a duplicate ends the
+// transaction and reads the committed claim; a new claim hands the transaction to the
+// handler, and its commit sends the queued statements, the record and COMMIT.
+
+// The modes, as a refusal names them.
+const (
+	claimFirstMode  = "the claim-first mode"
+	writeBehindMode = "write-behind mode"
+)
+
+// Claim implements inbox.Store. BEGIN, the lock timeout (if set) and the claim travel as one
+// request where the store's driver can send one (pgx, multi-statement requests); a
+// duplicate's ROLLBACK and the read of the committed claim share another.
+func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
+	if err := s.before(ctx, claimFirstMode); err != nil {
+		return nil, nil, err
+	}
+	sess, err := s.pool.session(ctx)
+	if err != nil {
+		return nil, nil, acquireError(err)
+	}
+	var inserted bool
+	first := append(s.sql.lockTimeoutStatement(), s.sql.claimStatement(claim, s.pool.claimSkips(false), &inserted))
+	claimAt := len(first) - 1
+	failed, err := sess.begin(ctx, first)
+	switch {
+	case err == nil && (first[claimAt].found == nil || inserted):
+		return &claimedTx{session: sess, store: s, claim: claim}, nil, nil
+	case err != nil && !s.isDuplicate(err, failed, claimAt):
+		err = sess.abort(ctx, s.failure(first, failed, err, "claim"))
+		sess.release()
+		return nil, nil, &storeError{err}
+	}
+	prior, err := sess.rollbackAndSelect(ctx, s.sql.selectClaim, s.sql.selectClaimArgs(claim))
+	sess.release()
+	if err != nil {
+		return nil, nil, &storeError{err}
+	}
+	return nil, prior, nil
+}
+
+// before returns nil once the store may claim: its table passed its check and, for a store
+// that sends multi-statement requests, the server is not one that refuses them.
+func (s *Store) before(ctx context.Context, mode string) error {
+	if err := s.table.before(ctx, s.table.passing(s.describe)); err != nil {
+		return err
+	}
+	if s.refusal != nil {
+		return s.refuse(ctx, mode)
+	}
+	return nil
+}
+
+// isDuplicate reports whether err, from the statement at failed, is a duplicate of the claim
+// at claimAt: a violation of the inbox table's primary key by the claim, or by a statement of
+// a request that cannot tell which of its statements failed (a committed claim then tells:
+// see MultiStatementSQL).
+func (s *Store) isDuplicate(err error, failed, claimAt int) bool {
+	if errors.Is(err, errClaimSkipped) {
+		return true
+	}
+	return (failed == claimAt || failed == failedUnknown) && s.sql.dialect.IsDuplicateKey(err, s.table.withKey(s.sql.table))
+}
+
+// failure describes the failure of the statement at failed among statements; request names
+// a request that cannot tell which of its statements failed.
+func (s *Store) failure(statements []statement, failed int, err error, request string) error {
+	switch {
+	case failed == failedSetup:
+		return err
+	case failed == failedBegin:
+		return fmt.Errorf("sqlinbox: begin: %w", err)
+	case failed == failedUnknown:
+		return fmt.Errorf("sqlinbox: %s: %w", request, err)
+	case failed >= len(statements):
+		return fmt.Errorf("sqlinbox: commit: %w", err)
+	}
+	switch statements[failed].kind {
+	case kindLockTimeout:
+		return fmt.Errorf("sqlinbox: set lock timeout: %w", err)
+	case kindClaim:
+		return fmt.Errorf("sqlinbox: claim: %w", err)
+	case kindRecord:
+		return fmt.Errorf("sqlinbox: record produced messages: %w", err)
+	}
+	queued := 0
+	for _, st := range statements[:failed+1] {
+		if st.kind == kindQueued {
+			queued++
+		}
+	}
+	return fmt.Errorf("sqlinbox: queued statement %d: %w", queued, err)
+}
+
+// claimedTx is the transaction of one claimed message, on a session the store holds until
+// Commit or Rollback.
+type claimedTx struct {
+	session session
+	store   *Store
+	claim   inbox.Claim
+	statementQueue
+}
+
+var _ inbox.StatementQueuer = (*claimedTx)(nil)
+
+func (t *claimedTx) Driver() any { return t.session.handle() }
+
+// Commit sends the queued statements, the record of produced messages and COMMIT, as one
+// request where the store's driver can send one: one round trip whatever the handler queued.
+// It always releases the connection.
+func (t *claimedTx) Commit(ctx context.Context, produced []byte) error {
+	defer t.session.release()
+	statements := t.take()
+	if produced != nil {
+		statements = append(statements, t.store.sql.recordStatement(t.claim, produced))
+	}
+	failed, err := t.session.commit(ctx, statements)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, inbox.ErrTxEndedByHandler) {
+		return err
+	}
+	return t.session.abort(ctx, t.store.failure(statements, failed, err, "commit request"))
+}
+
+// Rollback ends the transaction and releases the connection.
+func (t *claimedTx) Rollback(ctx context.Context) error {
+	defer t.session.release()
+	return t.session.rollback(ctx)
+}

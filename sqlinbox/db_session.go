@@ -1,0 +1,131 @@
+package sqlinbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+)
+
+// dbSession is one message's transaction on a database/sql pool, which sends a statement at
+// a time: a round trip each.
+type dbSession struct {
+	pool *dbPool
+	tx   *sql.Tx
+	// h is what handlers get: tx, or the data layer's transaction over it (Config.Begin).
+	h any
+}
+
+// begin begins with a context that follows ctx only until the claim is in: database/sql
+// rolls a transaction back when the context it began with is done, which the inbox wants
+// while it claims (a cancelled delivery stops waiting), but not later: the middleware, not a
+// subscriber closing down, decides whether a handler's transaction commits.
+func (s *dbSession) begin(ctx context.Context, first []statement) (int, error) {
+	txCtx, detach := detachedAfterClaim(ctx)
+	defer detach()
+	handle, tx, err := s.pool.begin(txCtx, nil)
+	if err != nil {
+		return failedBegin, err
+	}
+	s.tx, s.h = tx, handle
+	for i, st := range first {
+		if err := execStatement(ctx, tx, st); err != nil {
+			return i, err
+		}
+	}
+	return 0, nil
+}
+
+// execStatement runs st in tx, and reads whether it returned a row if st asks.
+func execStatement(ctx context.Context, tx *sql.Tx, st statement) error {
+	if st.found == nil {
+		_, err := tx.ExecContext(ctx, st.sql, st.args...)
+		return err
+	}
+	var row any
+	switch err := tx.QueryRowContext(ctx, st.sql, st.args...).Scan(&row); {
+	case errors.Is(err, sql.ErrNoRows):
+		*st.found = false
+	case err != nil:
+		return err
+	default:
+		*st.found = true
+	}
+	return nil
+}
+
+func (s *dbSession) handle() any { return s.h }
+
+func (s *dbSession) commit(ctx context.Context, statements []statement) (int, error) {
+	for i, st := range statements {
+		if err := execStatement(ctx, s.tx, st); err != nil {
+			return i, sqlEnded(err)
+		}
+	}
+	return len(statements), sqlEnded(s.tx.Commit())
+}
+
+// run begins and sends the statements one at a time; a claim that skipped a duplicate ends
+// it, and the rest is not sent.
+func (s *dbSession) run(ctx context.Context, statements []statement) (int, error) {
+	if failed, err := s.begin(ctx, nil); err != nil {
+		return failed, err
+	}
+	// The transaction follows ctx no more: what the handler queued commits or fails as a
+	// whole, as in the claim-first mode.
+	for i, st := range statements {
+		if err := execStatement(ctx, s.tx, st); err != nil {
+			return i, err
+		}
+		if st.found != nil && !*st.found {
+			return i, errClaimSkipped
+		}
+	}
+	return len(statements), s.tx.Commit()
+}
+
+func (s *dbSession) rollback(context.Context) error { return sqlEnded(s.tx.Rollback()) }
+
+// rollbackAndSelect reads in the transaction, then rolls it back. Under READ COMMITTED the read
+// takes a snapshot of its own, so it also sees a claim committed while this one waited for
+// it; under REPEATABLE READ or SERIALIZABLE such a claim fails instead ("could not serialize
+// access"), and the redelivery is the duplicate.
+func (s *dbSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Processed, error) {
+	prior, err := scanClaim(s.tx.QueryRowContext(ctx, query, args...))
+	if rbErr := s.tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+		err = errors.Join(err, fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", rbErr))
+	}
+	return prior, err
+}
+
+func (s *dbSession) abort(_ context.Context, cause error) error {
+	if s.tx == nil {
+		return cause
+	}
+	if err := s.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return errors.Join(cause, fmt.Errorf("sqlinbox: rollback: %w", err))
+	}
+	return cause
+}
+
+// release: database/sql returned the connection when the transaction ended.
+func (s *dbSession) release() {}
+
+// sqlEnded marks the error of a transaction the handler already committed or rolled back.
+func sqlEnded(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("%w: %w", inbox.ErrTxEndedByHandler, err)
+	}
+	return err
+}
+
+// detachedAfterClaim returns a context for database/sql's BeginTx that follows parent until
+// detach is called, and then never ends. It is a plain cancel context, so the contexts
+// derived from it need no watcher goroutine.
+func detachedAfterClaim(parent context.Context) (ctx context.Context, detach func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	stop := context.AfterFunc(parent, func() { cancel(context.Cause(parent)) })
+	return ctx, func() { stop() }
+}

@@ -1,0 +1,238 @@
+package sqlinbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+)
+
+// pgxSession is one message on a connection of a pgx pool, which it sends statements to in
+// pipelined batches: one round trip each.
+type pgxSession struct {
+	pool *pgxPool
+	conn *pgxpool.Conn
+	tx   pgx.Tx // what the handler writes through; set by begin
+}
+
+// The statements that end a transaction in a batch. A batch's results end the transaction on
+// the connection; pgx's Tx is not involved.
+const (
+	sqlCommit   = "COMMIT"
+	sqlRollback = "ROLLBACK"
+)
+
+func (s *pgxSession) begin(ctx context.Context, first []statement) (int, error) {
+	c := s.conn.Conn()
+	// ROLLBACK and the read of the committed claim too: after a duplicate the transaction is
+	// aborted, and the server refuses to prepare anything until it ends.
+	if err := s.pool.prepare(ctx, c, first, sqlRollback, s.pool.selectClaim); err != nil {
+		return failedSetup, err
+	}
+	batch := &pgx.Batch{}
+	batch.BeginTx(pgx.TxOptions{})
+	for _, st := range first {
+		batch.Queue(st.sql, st.args...)
+	}
+	results := c.SendBatch(ctx, batch)
+	s.tx = results.Tx()
+	failed, err := readResults(results, first)
+	if closeErr := results.Close(); err == nil && closeErr != nil {
+		return len(first) - 1, closeErr
+	}
+	return failed, err
+}
+
+// readResults reads the results of a batch that began with BEGIN and went on with
+// statements; it returns the position of the one that failed.
+func readResults(results pgx.BatchResults, statements []statement) (int, error) {
+	if _, err := results.Exec(); err != nil {
+		return failedBegin, err
+	}
+	for i, st := range statements {
+		if st.found == nil {
+			if _, err := results.Exec(); err != nil {
+				return i, err
+			}
+			continue
+		}
+		var row any
+		switch err := results.QueryRow().Scan(&row); {
+		case errors.Is(err, pgx.ErrNoRows):
+			*st.found = false
+		case err != nil:
+			return i, err
+		default:
+			*st.found = true
+		}
+	}
+	return 0, nil
+}
+
+func (s *pgxSession) handle() any { return s.tx }
+
+// commit sends statements and COMMIT in one batch; with nothing but COMMIT to send, pgx's
+// Tx.Commit sends it.
+func (s *pgxSession) commit(ctx context.Context, statements []statement) (int, error) {
+	c := s.conn.Conn()
+	if c.PgConn().TxStatus() == 'I' {
+		return len(statements), fmt.Errorf("%w: commit", inbox.ErrTxEndedByHandler)
+	}
+	if len(statements) == 0 {
+		return 0, pgxEnded(s.tx.Commit(ctx))
+	}
+	if err := s.pool.prepare(ctx, c, statements, sqlCommit); err != nil {
+		return failedSetup, err
+	}
+	batch := &pgx.Batch{}
+	for _, st := range statements {
+		batch.Queue(st.sql, st.args...)
+	}
+	batch.Queue(sqlCommit)
+	return sendBatch(ctx, c, batch)
+}
+
+func (s *pgxSession) run(ctx context.Context, statements []statement) (int, error) {
+	c := s.conn.Conn()
+	if err := s.pool.prepare(ctx, c, statements, s.pool.begin, sqlCommit, sqlRollback, s.pool.selectClaim); err != nil {
+		return failedSetup, err
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(s.pool.begin)
+	for _, st := range statements {
+		batch.Queue(st.sql, st.args...)
+	}
+	batch.Queue(sqlCommit)
+	failed, err := sendBatch(ctx, c, batch)
+	return failed - 1, err // the batch's BEGIN is failedBegin; its COMMIT len(statements)
+}
+
+func (s *pgxSession) rollback(ctx context.Context) error { return pgxEnded(s.tx.Rollback(ctx)) }
+
+// rollbackAndSelect sends ROLLBACK and the read of the committed claim in one batch.
+func (s *pgxSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Processed, error) {
+	c := s.conn.Conn()
+	if s.pool.describes && c.PgConn().TxStatus() == 'E' {
+		// The server describes nothing in an aborted transaction: ROLLBACK goes first, alone
+		// (a statement without parameters is one round trip in every mode). The read then
+		// runs outside a transaction, where a pooler may run describe-exec's two round trips
+		// on two server connections: it runs in exec mode, in one.
+		if _, err := c.Exec(ctx, sqlRollback); err != nil {
+			return nil, fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", err)
+		}
+		return scanClaim(c.QueryRow(ctx, query, append([]any{pgx.QueryExecModeExec}, args...)...))
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(sqlRollback)
+	batch.Queue(query, args...)
+	results := c.SendBatch(ctx, batch)
+	_, err := results.Exec()
+	var prior *inbox.Processed
+	if err == nil {
+		prior, err = scanClaim(results.QueryRow())
+	} else {
+		err = fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", err)
+	}
+	if closeErr := results.Close(); err == nil && closeErr != nil {
+		err = fmt.Errorf("sqlinbox: read the committed claim: %w", closeErr)
+	}
+	return prior, err
+}
+
+// abort rolls back the transaction a failed batch left open, if the connection still works;
+// a broken connection is closed when it is released.
+func (s *pgxSession) abort(ctx context.Context, cause error) error {
+	c := s.conn.Conn()
+	if c.IsClosed() || c.PgConn().TxStatus() == 'I' {
+		return cause
+	}
+	if _, err := c.Exec(context.WithoutCancel(ctx), sqlRollback); err != nil {
+		return errors.Join(cause, fmt.Errorf("sqlinbox: rollback: %w", err))
+	}
+	return cause
+}
+
+// release gives the connection back; pgxpool closes one left in a transaction.
+func (s *pgxSession) release() { s.conn.Release() }
+
+// pgxEnded marks the error of a transaction the handler already committed or rolled back.
+func pgxEnded(err error) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("%w: %w", inbox.ErrTxEndedByHandler, err)
+	}
+	return err
+}
+
+// maxNamedStatements bounds the queued statement texts a connection prepares by name, so a
+// handler that builds its SQL text from data cannot fill the server's memory.
+const maxNamedStatements = 256
+
+// prepare prepares on c, by name, the store's own texts among statements, the texts also,
+// and the first maxNamedStatements distinct texts of queued statements, where they are not
+// prepared yet. pgx's Prepare with name == sql makes the text itself name the statement, and
+// returns at once for a text already prepared on the connection. pgx forgets the cached
+// statements of a batch that fails, which would make the batch after every write-behind
+// duplicate prepare them again; named statements are kept. Every batch that can fail
+// prepares its texts so, so that no text is both named and in pgx's cache.
+//
+// In a mode that keeps no statement on the server it does nothing: pgx sends each text with
+// its parameters (exec, describe-exec) or as a simple query, and a transaction pooler may
+// run the next transaction on a server connection that never saw the name.
+func (p *pgxPool) prepare(ctx context.Context, c *pgx.Conn, statements []statement, also ...string) error {
+	if !p.named {
+		return nil
+	}
+	for _, text := range also {
+		if _, err := c.Prepare(ctx, text, text); err != nil {
+			return fmt.Errorf("sqlinbox: prepare: %w", err)
+		}
+	}
+	for _, st := range statements {
+		if st.kind == kindQueued && !p.namedStatement(st.sql) {
+			continue
+		}
+		if _, err := c.Prepare(ctx, st.sql, st.sql); err != nil {
+			return fmt.Errorf("sqlinbox: prepare: %w", err)
+		}
+	}
+	return nil
+}
+
+// namedStatement reports whether text is one of the first maxNamedStatements queued texts.
+func (p *pgxPool) namedStatement(text string) bool {
+	if _, ok := p.prepared.Load(text); ok {
+		return true
+	}
+	if p.preparedCount.Add(1) > maxNamedStatements {
+		p.preparedCount.Add(-1)
+		return false
+	}
+	if _, loaded := p.prepared.LoadOrStore(text, struct{}{}); loaded {
+		p.preparedCount.Add(-1)
+	}
+	return true
+}
+
+// sendBatch sends batch on c and reads every result. It returns the index of the statement
+// that failed with its error; the statements after it did not run.
+func sendBatch(ctx context.Context, c *pgx.Conn, batch *pgx.Batch) (failedAt int, err error) {
+	results := c.SendBatch(ctx, batch)
+	var tag pgconn.CommandTag
+	for failedAt = 0; failedAt < batch.Len(); failedAt++ {
+		if tag, err = results.Exec(); err != nil {
+			break
+		}
+	}
+	if closeErr := results.Close(); err == nil && closeErr != nil {
+		return batch.Len() - 1, closeErr
+	}
+	if err == nil && tag.String() == "ROLLBACK" { // the server rolled back instead, as pgx's Commit reports
+		return batch.Len() - 1, pgx.ErrTxCommitRollback
+	}
+	return failedAt, err
+}

@@ -1,0 +1,78 @@
+package sqlinbox
+
+import (
+	"context"
+	"fmt"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+)
+
+// Store is an inbox.Store on an inbox table of PostgreSQL, MySQL/MariaDB or SQLite, whose
+// primary key (consumer, message_id) is the only duplicate check. NewPgx, NewDB and
+// NewMultiStatement build one; they differ only in how a message's statements travel to the
+// database:
+//
+//   - NewPgx, on a pgx pool: in pipelined batches. BEGIN travels with the claim, and the
+//     statements queued with inbox.Queue, the record of produced messages and COMMIT travel
+//     together; write-behind mode (inbox.Config.WriteBehind) sends everything in one batch.
+//     Handlers get a pgx.Tx.
+//   - NewDB, on a database/sql pool: one statement at a time. Handlers get a *sql.Tx, or the
+//     transaction their data layer began over it (Config.Begin).
+//   - NewMultiStatement, on MySQL or MariaDB: as multi-statement requests, several statements
+//     in one request. Handlers get a *sql.Tx.
+//
+// Every Store claims, commits, checks its table, creates it and cleans it up the same way.
+// Before its first claim it reads the table's shape from the catalog and refuses a table that
+// cannot guard against duplicates (ErrTableMismatch; see CheckTable).
+type Store struct {
+	pool    pool
+	sql     statements
+	table   *tableGuard
+	refusal *verdict // NewMultiStatement's check of the server; nil for the other stores
+}
+
+var (
+	_ inbox.Store            = (*Store)(nil)
+	_ inbox.WriteBehindStore = (*Store)(nil)
+)
+
+func newStore(p pool, dialect Dialect, config Config) (*Store, error) {
+	sql, err := newStatements(dialect, config)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{pool: p, sql: sql, table: newTableGuard(config.Logger, sql.table)}, nil
+}
+
+// Dialect returns the dialect the store speaks.
+func (s *Store) Dialect() Dialect { return s.sql.dialect }
+
+// Table returns the inbox table, as the store's statements name it.
+func (s *Store) Table() Table { return s.sql.table }
+
+// InitializeSchema creates the inbox table and its index if they do not exist, in one
+// transaction (see Dialect.CreateTable), then checks the table (see CheckTable): a table found
+// in a shape that cannot guard is an error wrapping ErrTableMismatch. It is safe to call on
+// every start, from every instance at once. It needs the CREATE privilege.
+func (s *Store) InitializeSchema(ctx context.Context) error {
+	createErr := s.pool.inTx(ctx, true, func(q querier) error {
+		if s.sql.schemaLock != "" {
+			if _, err := q.exec(ctx, s.sql.schemaLock); err != nil {
+				return fmt.Errorf("sqlinbox: lock for schema: %w", err)
+			}
+		}
+		for _, statement := range s.sql.schema {
+			if _, err := q.exec(ctx, statement); err != nil {
+				return fmt.Errorf("sqlinbox: create inbox table: %w", err)
+			}
+		}
+		return nil
+	})
+	// A mismatch explains a failed statement too (CREATE INDEX on a table without
+	// processed_at), so it comes first.
+	checkErr := s.CheckTable(ctx)
+	if createErr != nil && !isTableMismatch(checkErr) {
+		return createErr
+	}
+	return checkErr
+}

@@ -1,0 +1,59 @@
+package sqlinbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+)
+
+// ClaimAndCommit implements inbox.WriteBehindStore: BEGIN, the lock timeout (if set), the
+// claim as a plain INSERT, the statements, the record of produced messages and COMMIT, as one
+// request where the store's driver can send one (pgx, multi-statement requests): one round
+// trip. A duplicate makes the claim fail on the primary key, which ends the request; ROLLBACK
+// and the read of the committed claim then share another. A store made by NewDB sends the
+// same statements one at a time.
+func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []inbox.Statement, produced []byte) (*inbox.Processed, error) {
+	if err := s.before(ctx, writeBehindMode); err != nil {
+		return nil, err
+	}
+	sess, err := s.pool.session(ctx)
+	if err != nil {
+		return nil, acquireError(err)
+	}
+	defer sess.release()
+	var inserted bool
+	statements := append(s.sql.lockTimeoutStatement(), s.sql.claimStatement(claim, s.pool.claimSkips(true), &inserted))
+	claimAt := len(statements) - 1
+	for _, st := range queued {
+		statements = append(statements, statement{sql: st.SQL, args: st.Args, kind: kindQueued})
+	}
+	if produced != nil {
+		statements = append(statements, s.sql.recordStatement(claim, produced))
+	}
+	failed, err := sess.run(ctx, statements)
+	switch {
+	case err == nil:
+		return nil, nil
+	case s.isDuplicate(err, failed, claimAt):
+		prior, readErr := sess.rollbackAndSelect(ctx, s.sql.selectClaim, s.sql.selectClaimArgs(claim))
+		switch {
+		case readErr != nil && errors.Is(err, errClaimSkipped):
+			return nil, &storeError{readErr}
+		case readErr != nil:
+			// A request that cannot tell its failed statement: a queued statement's violation
+			// of another table's primary key, with no committed claim to make it a duplicate.
+			return nil, errors.Join(s.failure(statements, failed, err, "write-behind request"), readErr)
+		}
+		return prior, nil
+	case failed == len(statements):
+		// The outcome of a failed COMMIT is for the next delivery to find out.
+		return nil, fmt.Errorf("sqlinbox: commit: %w", err)
+	}
+	err = sess.abort(ctx, s.failure(statements, failed, err, "write-behind request"))
+	if failed != failedUnknown && (failed < claimAt+1) {
+		return nil, &storeError{err} // BEGIN, the lock timeout or the claim
+	}
+	return nil, err
+}
