@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/inboxkit/watermill-inbox/inboxotel"
 )
 
 // delivery is one message on its way through the middleware: who consumes it, under which
@@ -31,7 +33,7 @@ type delivery struct {
 func (m *middleware) newDelivery(msg *message.Message) *delivery {
 	original := msg.Context()
 	d := &delivery{m: m, msg: msg, original: original, handler: message.HandlerNameFromCtx(original)}
-	d.ctx, d.span = m.tracer.Start(original, SpanMessage, trace.WithSpanKind(trace.SpanKindConsumer))
+	d.ctx, d.span = m.tracer.Start(original, inboxotel.SpanMessage, trace.WithSpanKind(trace.SpanKindConsumer))
 	return d
 }
 
@@ -48,7 +50,7 @@ func (d *delivery) identify() (err error) {
 // claimFirst claims the key, runs the handler in the claim's transaction and commits.
 func (d *delivery) claimFirst(h message.HandlerFunc) ([]*message.Message, error) {
 	d.begun = time.Now()
-	ctx, span := d.m.tracer.Start(d.ctx, SpanClaim)
+	ctx, span := d.m.tracer.Start(d.ctx, inboxotel.SpanClaim)
 	tx, prior, err := d.m.store.Claim(ctx, d.claim)
 	endSpan(span, err)
 	d.m.metrics.claimDuration.Record(d.ctx, seconds(d.begun), d.attrs.record...)
@@ -96,7 +98,7 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 		return nil, err
 	}
 	d.begun = time.Now()
-	var prior *Processed
+	var prior *Record
 	err = d.commit(func(ctx context.Context) (err error) {
 		prior, err = claimAndCommit(ctx, d.m.store, d.claim, queued, encoded)
 		return err
@@ -115,7 +117,7 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 func (d *delivery) run(h message.HandlerFunc, sc *scope, onPanic func()) (
 	returned []*message.Message, queued []Statement, pubs []published, err error,
 ) {
-	ctx, span := d.m.tracer.Start(d.ctx, SpanHandler)
+	ctx, span := d.m.tracer.Start(d.ctx, inboxotel.SpanHandler)
 	d.msg.SetContext(withScope(ctx, sc))
 	defer d.msg.SetContext(d.original) // the scope ends here; nothing after us may reach it
 	defer func() {
@@ -139,7 +141,7 @@ func (d *delivery) run(h message.HandlerFunc, sc *scope, onPanic func()) (
 
 // duplicate acks a message whose key is committed and publishes again what its first
 // handler run produced, unless its payload differs and the policy rejects that.
-func (d *delivery) duplicate(prior *Processed) ([]*message.Message, error) {
+func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 	d.outcome = "duplicate"
 	if d.claim.Fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(d.claim.Fingerprint, prior.Fingerprint) {
 		d.m.metrics.mismatches.Add(d.ctx, 1, d.attrs.add...)
@@ -191,7 +193,7 @@ func (d *delivery) publish(pubs []published) error {
 		d.fail("publish")
 		return fmt.Errorf("%w: %d recorded message(s) of key %q for consumer %q", ErrNoPublisher, len(pubs), d.claim.Key, d.claim.Consumer)
 	}
-	ctx, span := d.m.tracer.Start(d.ctx, SpanPublish)
+	ctx, span := d.m.tracer.Start(d.ctx, inboxotel.SpanPublish)
 	for _, pub := range pubs {
 		pub.msg.SetContext(ctx)
 	}
@@ -208,7 +210,7 @@ func (d *delivery) publish(pubs []published) error {
 func (d *delivery) commit(end func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), endTimeout)
 	defer cancel()
-	ctx, span := d.m.tracer.Start(ctx, SpanCommit)
+	ctx, span := d.m.tracer.Start(ctx, inboxotel.SpanCommit)
 	err := end(ctx)
 	endSpan(span, err)
 	if err != nil {

@@ -57,7 +57,7 @@
 // RabbitMQ queue, several processes in one Kafka, NATS or Redis Streams group) share one
 // consumer, so that a copy reaching any of them is recognised. Handlers that each must see
 // every message (fan-out, each on its own queue) need a consumer each: one middleware per
-// handler, or Config.ConsumerFromHandler with ConsumerByHandler's map. Nothing the middleware
+// handler, or Config.ConsumerByHandler, a map written out. Nothing the middleware
 // sees tells the two apart: the router handler's name would run a copy again on every
 // competing handler, the topic would ack all but one fan-out handler's messages unprocessed.
 //
@@ -92,7 +92,7 @@
 // commit, and again for every duplicate. A handler that fails after publishing sends
 // nothing. A message must carry the handler's context (cqrs buses pass it on; a handler
 // that builds a message calls msg.SetContext(handlerMsg.Context())): a Publisher refuses
-// one without (ErrNoHandlerContext), and publishes at once only under PublishNow, for code
+// one without (ErrNoHandlerContext), and publishes at once only under WithPublishNow, for code
 // that is not a handler.
 //
 // # Write-behind mode
@@ -102,8 +102,8 @@
 //
 // # Observability
 //
-// OpenTelemetry metrics (Config.MeterProvider, the Metric names) and spans
-// (Config.TracerProvider, the Span names), both defaulting to the global providers.
+// OpenTelemetry metrics (Config.MeterProvider) and spans (Config.TracerProvider), both
+// defaulting to the global providers; package inboxotel names them.
 //
 // # Keys and fingerprints
 //

@@ -10,7 +10,7 @@ import (
 )
 
 // claimOf decides what the message is claimed as: its consumer (Config.Consumer, or
-// ConsumerFromHandler's for the router handler), its key (Config.Key, checked
+// ConsumerByHandler's for the router handler), its key (Config.Key, checked
 // against what every dialect can store) and its fingerprint. An error nacks the message;
 // with a bad key, the claim still names its consumer, for the metrics of the failure.
 func (c Config) claimOf(msg *message.Message, handler string) (Claim, error) {
@@ -31,10 +31,10 @@ func (c Config) key(msg *message.Message) (string, error) {
 		return "", fmt.Errorf("inbox: key function for message %q: %w", msg.UUID, err)
 	}
 	if key == "" {
-		return "", fmt.Errorf("%w (message uuid %q)", ErrEmptyKey, msg.UUID)
+		return "", fmt.Errorf("%w: empty (message uuid %q)", ErrInvalidKey, msg.UUID)
 	}
 	if len(key) > MaxKeyLength {
-		return "", fmt.Errorf("%w: %d bytes, the limit is %d", ErrKeyTooLong, len(key), MaxKeyLength)
+		return "", fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidKey, len(key), MaxKeyLength)
 	}
 	if reason := invalidText(key); reason != "" {
 		return "", fmt.Errorf("%w: %s", ErrInvalidKey, reason)
@@ -59,12 +59,12 @@ func UUIDKey(msg *message.Message) (string, error) { return msg.UUID, nil }
 // KeyFromMetadata returns a key function that reads the key from the metadata field. Use it
 // for a business key (an order number, a payment reference) when producers may send the same
 // business event again under a new UUID. A message without the field fails with an error
-// wrapping ErrEmptyKey.
+// wrapping ErrInvalidKey.
 func KeyFromMetadata(field string) func(*message.Message) (string, error) {
 	return func(msg *message.Message) (string, error) {
 		key := msg.Metadata.Get(field)
 		if key == "" {
-			return "", fmt.Errorf("%w: metadata field %q is not set", ErrEmptyKey, field)
+			return "", fmt.Errorf("%w: empty: metadata field %q is not set", ErrInvalidKey, field)
 		}
 		return key, nil
 	}

@@ -3,6 +3,7 @@ package inbox
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -11,9 +12,12 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/inboxkit/watermill-inbox/inboxotel"
+	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
-// Config configures NewMiddleware. Consumer (or ConsumerFromHandler) is required; every other
+// Config configures NewMiddleware. Consumer (or ConsumerByHandler) is required; every other
 // field has a default.
 type Config struct {
 	// Consumer names the inbox partition: a message is processed once per consumer. Name
@@ -22,10 +26,10 @@ type Config struct {
 	// queue or consumer group (several router handlers on one RabbitMQ queue, members of a
 	// NATS queue group, a Kafka or Redis Streams consumer group), so that a copy reaching
 	// any of them is recognised. Handlers that must each process every message (fan-out,
-	// each on its own queue or group) need a consumer each: use ConsumerFromHandler, or a
+	// each on its own queue or group) need a consumer each: use ConsumerByHandler, or a
 	// middleware of its own per handler (message.Handler.AddMiddleware).
 	//
-	// Required, unless ConsumerFromHandler is set: NewMiddleware returns an error wrapping
+	// Required, unless ConsumerByHandler is set: NewMiddleware returns an error wrapping
 	// ErrNoConsumer without either. There is no default because none can be inferred: the
 	// router handler's name gives competing handlers a consumer each, so a copy that reaches
 	// another of them runs again, and a renamed handler runs again what it processed before
@@ -33,18 +37,28 @@ type Config struct {
 	// first would ack every message unprocessed.
 	Consumer string
 
-	// ConsumerFromHandler maps the name of the router handler a message arrives through
-	// (message.HandlerNameFromCtx) to its consumer, for one middleware on the router whose
-	// handlers are of different consumers. ConsumerByHandler builds it from a map, written
-	// out so that a handler renamed later keeps its consumer by a new entry, and a handler
-	// that has none is refused instead of claiming under a new name. A message for which it
-	// gives "" fails with an error wrapping ErrNoConsumer, before any claim. It cannot be
-	// combined with Consumer.
-	ConsumerFromHandler func(handlerName string) string
+	// ConsumerByHandler maps the name of the router handler a message arrives through
+	// (message.HandlerNameFromCtx) to its consumer, for one middleware on a router whose
+	// handlers are of different consumers. Handlers that compete for one queue map to one
+	// consumer; handlers that each must see every message, each on its own queue, map to
+	// their own:
+	//
+	//	inbox.Config{ConsumerByHandler: map[string]string{
+	//		"billing-0": "billing", "billing-1": "billing", // competing: one queue, one consumer
+	//		"audit":     "audit",                          // fan-out: its own queue and consumer
+	//	}}
+	//
+	// Write the map out rather than building it from the handlers' names: a handler renamed
+	// later keeps its consumer by a new entry, and a message from a handler the map does not
+	// name fails with an error wrapping ErrNoConsumer, before any claim or effect, instead of
+	// being processed again under a new name. It cannot be combined with Consumer.
+	// NewMiddleware copies it: changing it afterwards changes nothing.
+	ConsumerByHandler map[string]string
 
 	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8.
 	// Default: UUIDKey (msg.UUID). KeyFromMetadata reads a business key instead. An empty
-	// key fails the message with ErrEmptyKey; it is never skipped silently.
+	// key fails the message with an error wrapping ErrInvalidKey; it is never skipped
+	// silently.
 	Key func(*message.Message) (string, error)
 
 	// Fingerprint returns a fingerprint of the message, stored with the claim and compared
@@ -65,7 +79,7 @@ type Config struct {
 
 	// WriteBehind runs the handler before the claim instead of inside the claim's
 	// transaction. The handler gets no transaction (TxFromContext returns ok == false, on
-	// every store, so one handler runs unchanged on all of them); it writes with Queue and
+	// every store, so one handler runs unchanged on all of them); it writes with ExecAtCommit and
 	// publishes by returning messages or through a Publisher. When it returns, the claim,
 	// the queued writes, the record of its messages and COMMIT are sent together: one
 	// round trip on a store made by sqlinbox.NewPgx or sqlinbox.NewMultiStatement (MySQL). If the
@@ -87,12 +101,12 @@ type Config struct {
 	// duplicate fails with ErrNoPublisher.
 	Publisher *Publisher
 
-	// MeterProvider receives the middleware's OpenTelemetry metrics (see MetricProcessed and
-	// the other Metric names). Default: the global provider, otel.GetMeterProvider().
+	// MeterProvider receives the middleware's OpenTelemetry metrics, named in package
+	// inboxotel. Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 
-	// TracerProvider receives the middleware's OpenTelemetry spans (see SpanMessage and the
-	// other Span names), children of the span in the message's context. Default: the global
+	// TracerProvider receives the middleware's OpenTelemetry spans, named in package
+	// inboxotel, children of the span in the message's context. Default: the global
 	// provider, otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 }
@@ -121,18 +135,15 @@ func (c Config) validate() error {
 	if c.OnFingerprintMismatch != RejectMismatch && c.OnFingerprintMismatch != AckMismatch {
 		return fmt.Errorf("inbox: unknown OnFingerprintMismatch policy %d", c.OnFingerprintMismatch)
 	}
-	if c.Consumer != "" && c.ConsumerFromHandler != nil {
-		return errors.New("inbox: set Consumer or ConsumerFromHandler, not both")
+	if c.Consumer != "" && c.ConsumerByHandler != nil {
+		return errors.New("inbox: set Consumer or ConsumerByHandler, not both")
 	}
-	if c.Consumer == "" && c.ConsumerFromHandler == nil {
+	if c.Consumer == "" && len(c.ConsumerByHandler) == 0 {
 		return fmt.Errorf("%w: set Config.Consumer to the name of the service whose effects the handler writes "+
-			"(the same for every handler and process that compete for one queue), or Config.ConsumerFromHandler "+
-			"with inbox.ConsumerByHandler for handlers that each must see every message", ErrNoConsumer)
+			"(the same for every handler and process that compete for one queue), or Config.ConsumerByHandler "+
+			"for handlers that each must see every message", ErrNoConsumer)
 	}
-	if c.Consumer != "" {
-		return validateConsumer(c.Consumer)
-	}
-	return nil
+	return c.validateConsumers()
 }
 
 // NewMiddleware returns a router middleware that makes a handler an idempotent consumer.
@@ -147,7 +158,7 @@ func (c Config) validate() error {
 // delivery that committed, the handler is skipped, what that delivery's handler produced is
 // published again with its original UUIDs (in case the first publish failed) and the message
 // is acked. Config.WriteBehind runs the handler first and claims after it. Without
-// Config.Consumer or Config.ConsumerFromHandler it returns an error wrapping ErrNoConsumer.
+// Config.Consumer or Config.ConsumerByHandler it returns an error wrapping ErrNoConsumer.
 //
 // Add it inside middleware.Retry, so that every retry gets a fresh transaction, inside
 // middleware.PoisonQueue and middleware.Recoverer, and outside middleware.Timeout, whose
@@ -163,6 +174,7 @@ func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (
 		return nil, errors.New("inbox: NewMiddleware: store is nil")
 	}
 	config.setDefaults()
+	config.ConsumerByHandler = maps.Clone(config.ConsumerByHandler)
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
@@ -174,7 +186,7 @@ func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (
 		return nil, err
 	}
 	m := &middleware{store: store, config: config, logger: logger, metrics: metrics,
-		tracer: config.TracerProvider.Tracer(MeterName)}
+		tracer: config.TracerProvider.Tracer(inboxotel.ScopeName)}
 	if config.Publisher != nil {
 		if err := m.usePublisher(config.Publisher); err != nil {
 			return nil, err
@@ -228,6 +240,5 @@ func (m *middleware) usePublisher(p *Publisher) error {
 	if m.publisher.CompareAndSwap(nil, p) || m.publisher.Load() == p {
 		return nil
 	}
-	return fmt.Errorf("%w: this inbox publishes through another Publisher; share one between your buses",
-		ErrPublisherMismatch)
+	return fmt.Errorf("inbox: %w: this inbox publishes through another Publisher; share one between your buses", cause.PublisherMismatch)
 }

@@ -19,7 +19,7 @@ import (
 // the real stores are tested against real databases in the integration module.
 type fakeStore struct {
 	mu        sync.Mutex
-	committed map[[2]string]*inbox.Processed
+	committed map[[2]string]*inbox.Record
 	writes    map[[2]string][]string // the statements queued with each committed claim
 	claims    int
 	rollbacks int
@@ -36,13 +36,13 @@ type fakeTx struct {
 	queued      []string
 }
 
-func (t *fakeTx) Queue(sql string, _ ...any) { t.queued = append(t.queued, sql) }
+func (t *fakeTx) ExecAtCommit(sql string, _ ...any) { t.queued = append(t.queued, sql) }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{committed: map[[2]string]*inbox.Processed{}, writes: map[[2]string][]string{}}
+	return &fakeStore{committed: map[[2]string]*inbox.Record{}, writes: map[[2]string][]string{}}
 }
 
-func (s *fakeStore) Claim(_ context.Context, c inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
+func (s *fakeStore) Claim(_ context.Context, c inbox.Claim) (inbox.Tx, *inbox.Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.claims++
@@ -56,7 +56,7 @@ func (s *fakeStore) Claim(_ context.Context, c inbox.Claim) (inbox.Tx, *inbox.Pr
 	return &fakeTx{store: s, key: k, fingerprint: c.Fingerprint}, nil, nil
 }
 
-func (t *fakeTx) Driver() any { return t }
+func (t *fakeTx) Handle() any { return t }
 
 func (t *fakeTx) Commit(_ context.Context, produced []byte) error {
 	t.store.mu.Lock()
@@ -65,7 +65,7 @@ func (t *fakeTx) Commit(_ context.Context, produced []byte) error {
 	if t.store.commitErr != nil {
 		return t.store.commitErr
 	}
-	t.store.committed[t.key] = &inbox.Processed{Fingerprint: t.fingerprint, Produced: produced}
+	t.store.committed[t.key] = &inbox.Record{Fingerprint: t.fingerprint, Produced: produced}
 	t.store.writes[t.key] = t.queued
 	return nil
 }
@@ -249,9 +249,9 @@ func TestBadKeysAreErrorsAndNeverClaimed(t *testing.T) {
 		key  func(*message.Message) (string, error)
 		want error
 	}{
-		{"empty", func(*message.Message) (string, error) { return "", nil }, inbox.ErrEmptyKey},
-		{"one byte too long", func(*message.Message) (string, error) { return strings.Repeat("k", inbox.MaxKeyLength+1), nil }, inbox.ErrKeyTooLong},
-		{"10 KB", func(*message.Message) (string, error) { return strings.Repeat("k", 10<<10), nil }, inbox.ErrKeyTooLong},
+		{"empty", func(*message.Message) (string, error) { return "", nil }, inbox.ErrInvalidKey},
+		{"one byte too long", func(*message.Message) (string, error) { return strings.Repeat("k", inbox.MaxKeyLength+1), nil }, inbox.ErrInvalidKey},
+		{"10 KB", func(*message.Message) (string, error) { return strings.Repeat("k", 10<<10), nil }, inbox.ErrInvalidKey},
 		{"invalid UTF-8", func(*message.Message) (string, error) { return "order-\xff", nil }, inbox.ErrInvalidKey},
 		{"NUL byte", func(*message.Message) (string, error) { return "order\x00-1", nil }, inbox.ErrInvalidKey},
 		{"key function error", func(*message.Message) (string, error) { return "", errKeyFunc }, errKeyFunc},
@@ -292,8 +292,8 @@ func TestEmptyUUIDIsErrEmptyKeyByDefault(t *testing.T) {
 	handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(*message.Message) ([]*message.Message, error) {
 		return nil, nil
 	})
-	if _, err := handler(message.NewMessage("", nil)); !errors.Is(err, inbox.ErrEmptyKey) {
-		t.Errorf("err = %v, want ErrEmptyKey", err)
+	if _, err := handler(message.NewMessage("", nil)); !errors.Is(err, inbox.ErrInvalidKey) {
+		t.Errorf("err = %v, want ErrInvalidKey", err)
 	}
 }
 
@@ -310,9 +310,9 @@ func TestNoConsumerIsRefusedByTheConstructor(t *testing.T) {
 	}
 }
 
-func TestConsumerFromHandlerOutsideARouterIsErrNoConsumer(t *testing.T) {
+func TestConsumerByHandlerOutsideARouterIsErrNoConsumer(t *testing.T) {
 	store := newFakeStore()
-	config := inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{"billing": "billing"})}
+	config := inbox.Config{ConsumerByHandler: map[string]string{"billing": "billing"}}
 	handler := newHandler(t, store, config, nil, func(*message.Message) ([]*message.Message, error) {
 		return nil, nil
 	})
@@ -329,11 +329,11 @@ func TestConstructorRejectsBadConfig(t *testing.T) {
 		t.Errorf("nil store: err = %v, want one saying the store is nil", err)
 	}
 	long := strings.Repeat("c", inbox.MaxConsumerLength+1)
-	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: long}, nil); !errors.Is(err, inbox.ErrInvalidConsumer) {
-		t.Errorf("long consumer: err = %v, want ErrInvalidConsumer", err)
+	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: long}, nil); err == nil || !strings.Contains(err.Error(), "inbox: consumer name") {
+		t.Errorf("long consumer: err = %v, want a refusal of the consumer name", err)
 	}
-	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: "bad\xff"}, nil); !errors.Is(err, inbox.ErrInvalidConsumer) {
-		t.Errorf("invalid UTF-8 consumer: err = %v, want ErrInvalidConsumer", err)
+	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: "bad\xff"}, nil); err == nil || !strings.Contains(err.Error(), "inbox: consumer name") {
+		t.Errorf("invalid UTF-8 consumer: err = %v, want a refusal of the consumer name", err)
 	}
 }
 
@@ -352,9 +352,9 @@ func TestContextHelpersOutsideTheMiddleware(t *testing.T) {
 // claim.
 func TestConsumerByHandler(t *testing.T) {
 	store := newFakeStore()
-	mw, err := inbox.NewMiddleware(store, inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{
+	mw, err := inbox.NewMiddleware(store, inbox.Config{ConsumerByHandler: map[string]string{
 		"billing": "billing", "shipping": "shipping", "billing-0": "invoicing", "billing-1": "invoicing",
-	})}, nil)
+	}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,8 +96,8 @@ func TestFingerprintMismatchPolicies(t *testing.T) {
 func TestKeyFromMetadata(t *testing.T) {
 	key := inbox.KeyFromMetadata("order_id")
 	msg := message.NewMessage("uuid", nil)
-	if _, err := key(msg); !errors.Is(err, inbox.ErrEmptyKey) {
-		t.Errorf("missing field: err = %v, want ErrEmptyKey", err)
+	if _, err := key(msg); !errors.Is(err, inbox.ErrInvalidKey) {
+		t.Errorf("missing field: err = %v, want ErrInvalidKey", err)
 	}
 	msg.Metadata.Set("order_id", "A-1001")
 	if got, err := key(msg); got != "A-1001" || err != nil {

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
 // Publisher is a message.Publisher for handlers that publish instead of returning their
@@ -24,7 +26,7 @@ import (
 //     with their UUIDs and metadata byte for byte. If that publish fails the incoming
 //     message is nacked; its redelivery is a duplicate, and the middleware publishes the
 //     recorded messages again with the same UUIDs. Consumers downstream deduplicate them.
-//   - a context from PublishNow: the message is published at once, through the wrapped
+//   - a context from WithPublishNow: the message is published at once, through the wrapped
 //     publisher. This is how code that is not an inbox handler (an HTTP endpoint, a start-up
 //     job) publishes through the same buses.
 //   - any other context: Publish refuses the message with an error wrapping
@@ -54,12 +56,11 @@ func NewPublisher(publisher message.Publisher) (*Publisher, error) {
 }
 
 // Publish records messages whose context carries an inbox claim and publishes at once those
-// whose context comes from PublishNow; see Publisher. Messages of one call must either all
-// carry the same claim or all come from PublishNow. It returns an error wrapping
-// ErrNoHandlerContext for a message with neither, and inside a claim an error wrapping
-// ErrEmptyMessageUUID for a message without a UUID, ErrEmptyTopic for an empty topic,
-// ErrClaimEnded after the handler returned, and ErrPublisherMismatch when the claim belongs
-// to another Store's inbox or to an inbox that publishes through another Publisher.
+// whose context comes from WithPublishNow; see Publisher. Messages of one call must either all
+// carry the same claim or all come from WithPublishNow. It returns an error wrapping
+// ErrNoHandlerContext for a message with neither and after the handler returned, and inside
+// a claim an error for a message without a UUID, for an empty topic, and when the claim
+// belongs to another Store's inbox or to an inbox that publishes through another Publisher.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if len(messages) == 0 {
 		return nil
@@ -77,14 +78,15 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	}
 	if !inClaim {
 		return fmt.Errorf("%w (message %q, topic %q): inside a handler call msg.SetContext(handlerMsg.Context()) "+
-			"before publishing; outside one, publish with inbox.PublishNow(ctx)", ErrNoHandlerContext, messages[0].UUID, topic)
+			"before publishing; outside one, publish with inbox.WithPublishNow(ctx)", ErrNoHandlerContext, messages[0].UUID, topic)
 	}
 	if topic == "" {
-		return ErrEmptyTopic
+		return errors.New("inbox: publish to an empty topic")
 	}
 	for _, msg := range messages {
 		if msg.UUID == "" {
-			return fmt.Errorf("%w (topic %q)", ErrEmptyMessageUUID, topic)
+			// Downstream inboxes could not recognise its copies.
+			return fmt.Errorf("inbox: a message published inside an inbox handler has an empty UUID (topic %q)", topic)
 		}
 	}
 	if err := c.inbox.usePublisher(p); err != nil {
@@ -93,7 +95,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ended {
-		return fmt.Errorf("%w: Publish called after the handler returned", ErrClaimEnded)
+		return fmt.Errorf("%w: Publish called after %w", ErrNoHandlerContext, cause.AfterReturn)
 	}
 	for _, msg := range messages {
 		// A copy: the handler may reuse or change its message after Publish returns.
@@ -114,7 +116,7 @@ func (p *Publisher) bind(store Store) error {
 		return nil
 	}
 	if p.store != store {
-		return fmt.Errorf("%w: it records with the claims of another Store", ErrPublisherMismatch)
+		return fmt.Errorf("inbox: %w: it records with the claims of another Store, and one Publisher serves the inboxes of one Store", cause.PublisherMismatch)
 	}
 	return nil
 }

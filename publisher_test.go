@@ -174,7 +174,7 @@ func TestPublisherRefusesAMessageWithoutTheHandlersContext(t *testing.T) {
 	if !errors.Is(err, inbox.ErrNoHandlerContext) {
 		t.Fatalf("in a handler without its context: err = %v, want ErrNoHandlerContext", err)
 	}
-	for _, want := range []string{"SetContext", "PublishNow"} {
+	for _, want := range []string{"SetContext", "WithPublishNow"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -191,7 +191,7 @@ func TestPublishNowPublishesAtOnce(t *testing.T) {
 	rec := &recordingPublisher{}
 	pub := newPublisher(t, rec)
 	msg := message.NewMessage("m-1", nil)
-	msg.SetContext(inbox.PublishNow(context.Background()))
+	msg.SetContext(inbox.WithPublishNow(context.Background()))
 	if err := pub.Publish("invoices", msg); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestPublishNowPublishesAtOnce(t *testing.T) {
 	}
 	mixed := message.NewMessage("m-2", nil)
 	if err := pub.Publish("invoices", msg, mixed); err == nil {
-		t.Error("one call with a PublishNow message and one without: no error")
+		t.Error("one call with a WithPublishNow message and one without: no error")
 	}
 }
 
@@ -213,18 +213,18 @@ func TestPublisherBadInput(t *testing.T) {
 	tests := []struct {
 		name    string
 		publish func(msg *message.Message) error
-		want    error
+		want    string
 	}{
 		{"empty UUID", func(msg *message.Message) error {
 			out := message.NewMessage("", nil)
 			out.SetContext(msg.Context())
 			return pub.Publish("invoices", out)
-		}, inbox.ErrEmptyMessageUUID},
+		}, "empty UUID"},
 		{"empty topic", func(msg *message.Message) error {
 			out := message.NewMessage("m", nil)
 			out.SetContext(msg.Context())
 			return pub.Publish("", out)
-		}, inbox.ErrEmptyTopic},
+		}, "empty topic"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -232,8 +232,8 @@ func TestPublisherBadInput(t *testing.T) {
 			handler := newHandler(t, store, inbox.Config{Consumer: "billing"}, nil, func(msg *message.Message) ([]*message.Message, error) {
 				return nil, tt.publish(msg)
 			})
-			if _, err := handler(message.NewMessage("order-1", nil)); !errors.Is(err, tt.want) {
-				t.Errorf("err = %v, want %v", err, tt.want)
+			if _, err := handler(message.NewMessage("order-1", nil)); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one saying %q", err, tt.want)
 			}
 			if store.isCommitted("billing", "order-1") {
 				t.Error("the claim committed")
@@ -257,11 +257,11 @@ func TestPublishAfterTheHandlerReturnedIsAnError(t *testing.T) {
 	}
 	out := message.NewMessage("m", nil)
 	out.SetContext(late)
-	if err := pub.Publish("invoices", out); !errors.Is(err, inbox.ErrClaimEnded) {
-		t.Errorf("Publish = %v, want ErrClaimEnded", err)
+	if err := pub.Publish("invoices", out); !errors.Is(err, inbox.ErrNoHandlerContext) {
+		t.Errorf("Publish = %v, want ErrNoHandlerContext", err)
 	}
-	if err := inbox.Queue(late, "INSERT"); !errors.Is(err, inbox.ErrClaimEnded) {
-		t.Errorf("Queue = %v, want ErrClaimEnded", err)
+	if err := inbox.ExecAtCommit(late, "INSERT"); !errors.Is(err, inbox.ErrNoHandlerContext) {
+		t.Errorf("ExecAtCommit = %v, want ErrNoHandlerContext", err)
 	}
 }
 
@@ -273,18 +273,18 @@ func TestPublisherOfAnotherInboxIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherStore := newHandler(t, newFakeStore(), inbox.Config{Consumer: "billing"}, nil, publishes)
-	if _, err := otherStore(message.NewMessage("order-1", nil)); !errors.Is(err, inbox.ErrPublisherMismatch) {
-		t.Errorf("a claim of another store: err = %v, want ErrPublisherMismatch", err)
+	if _, err := otherStore(message.NewMessage("order-1", nil)); err == nil || !strings.Contains(err.Error(), "belongs to another inbox") {
+		t.Errorf("a claim of another store: err = %v, want the publisher refused as another inbox's", err)
 	}
-	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: "billing", Publisher: pub}, nil); !errors.Is(err, inbox.ErrPublisherMismatch) {
-		t.Errorf("Config.Publisher bound to another store: err = %v, want ErrPublisherMismatch", err)
+	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: "billing", Publisher: pub}, nil); err == nil || !strings.Contains(err.Error(), "belongs to another inbox") {
+		t.Errorf("Config.Publisher bound to another store: err = %v, want the publisher refused as another inbox's", err)
 	}
 
 	store := newFakeStore()
 	second := newPublisher(t, &recordingPublisher{})
 	handler := newHandler(t, store, inbox.Config{Consumer: "billing", Publisher: second}, nil, publishes)
-	if _, err := handler(message.NewMessage("order-2", nil)); !errors.Is(err, inbox.ErrPublisherMismatch) {
-		t.Errorf("a second Publisher in one inbox: err = %v, want ErrPublisherMismatch", err)
+	if _, err := handler(message.NewMessage("order-2", nil)); err == nil || !strings.Contains(err.Error(), "belongs to another inbox") {
+		t.Errorf("a second Publisher in one inbox: err = %v, want the publisher refused as another inbox's", err)
 	}
 }
 

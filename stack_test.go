@@ -81,7 +81,7 @@ func TestRecommendedStackIsShownTheSameEverywhere(t *testing.T) {
 		// Config.Consumer has no default: a shown configuration without one does not run.
 		for _, literal := range callsIn(strings.ReplaceAll(text, "sqlinbox.Config{", "sqlinbox.StoreConfig{"), "inbox.Config{") {
 			if !strings.Contains(literal, "Consumer") {
-				t.Errorf("%s: %s names no consumer (Consumer or ConsumerFromHandler)", file, strings.Join(strings.Fields(literal), " "))
+				t.Errorf("%s: %s names no consumer (Consumer or ConsumerByHandler)", file, strings.Join(strings.Fields(literal), " "))
 			}
 		}
 		for _, literal := range callsIn(text, "middleware.Retry{") {

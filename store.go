@@ -17,7 +17,7 @@ type Store interface {
 	// of the key that another transaction holds but has not committed makes Claim wait for
 	// that transaction: its commit makes this claim a duplicate, its rollback makes it new.
 	// An error leaves no transaction open.
-	Claim(ctx context.Context, claim Claim) (tx Tx, prior *Processed, err error)
+	Claim(ctx context.Context, claim Claim) (tx Tx, prior *Record, err error)
 }
 
 // Claim is one message's claim.
@@ -28,8 +28,8 @@ type Claim struct {
 	Fingerprint []byte
 }
 
-// Processed is what the delivery that committed a key recorded.
-type Processed struct {
+// Record is what the delivery that committed a key recorded.
+type Record struct {
 	// Fingerprint is the payload fingerprint stored with the claim; nil if none was.
 	Fingerprint []byte
 	// Produced holds the messages the handler returned or published through a Publisher,
@@ -47,15 +47,20 @@ type Processed struct {
 // fails before COMMIT is sent rolls back. The conformance suite in package inboxtest checks
 // this contract on a real database.
 type Tx interface {
-	// Driver returns the driver's transaction (pgx.Tx, *sql.Tx) that handlers write
-	// through; TxFromContext hands it out. It is valid until Commit or Rollback.
-	Driver() any
-	// Commit stores produced (nil: nothing) with the claim and commits, making the claim
-	// and everything written through Driver durable together. A transaction the handler
-	// ended itself gives an error wrapping ErrTxEndedByHandler. Commit ends the
-	// transaction even when it fails.
+	// Handle returns what handlers write through: the driver's transaction (pgx.Tx,
+	// *sql.Tx) or the data layer's over it; TxFromContext hands it out. It is valid until
+	// Commit or Rollback.
+	Handle() any
+	// ExecAtCommit adds a statement to run when the transaction commits, after the ones
+	// added before it and before the record of produced messages and COMMIT (see
+	// ExecAtCommit, the function). It is safe for concurrent use.
+	ExecAtCommit(sql string, args ...any)
+	// Commit runs the statements added with ExecAtCommit, stores produced (nil: nothing)
+	// with the claim and commits, making the claim and everything written through Handle
+	// durable together. A transaction the handler ended itself gives an error wrapping
+	// ErrTxEndedByHandler. Commit ends the transaction even when it fails.
 	Commit(ctx context.Context, produced []byte) error
-	// Rollback releases the claim and discards everything written through Driver. It ends
+	// Rollback releases the claim and discards everything written through Handle. It ends
 	// the transaction even when it fails.
 	Rollback(ctx context.Context) error
 }
@@ -75,5 +80,5 @@ type WriteBehindStore interface {
 	// reads it: a copy committed since, so the message is a duplicate after all.) A copy of the key that another transaction holds makes it wait
 	// for that transaction, as Claim does. On an error nothing is committed, unless the error
 	// came from COMMIT itself, whose outcome the next delivery finds out.
-	ClaimAndCommit(ctx context.Context, claim Claim, statements []Statement, produced []byte) (prior *Processed, err error)
+	ClaimAndCommit(ctx context.Context, claim Claim, statements []Statement, produced []byte) (prior *Record, err error)
 }

@@ -26,7 +26,7 @@ func TestWriteBehindHandlerGetsNoTxAndItsQueuedWritesCommitWithTheClaim(t *testi
 		if store.claims != 0 {
 			t.Error("claimed before the handler ran")
 		}
-		return nil, errors.Join(inbox.Queue(msg.Context(), "INSERT 1"), inbox.Queue(msg.Context(), "INSERT 2"))
+		return nil, errors.Join(inbox.ExecAtCommit(msg.Context(), "INSERT 1"), inbox.ExecAtCommit(msg.Context(), "INSERT 2"))
 	})
 	if _, err := handler(message.NewMessage("order-1", nil)); err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestWriteBehindDuplicateDiscardsTheHandlersEffects(t *testing.T) {
 	runs := 0
 	handler := newHandler(t, store, inbox.Config{Consumer: "billing", WriteBehind: true}, nil, func(msg *message.Message) ([]*message.Message, error) {
 		runs++
-		if err := inbox.Queue(msg.Context(), "INSERT run"); err != nil {
+		if err := inbox.ExecAtCommit(msg.Context(), "INSERT run"); err != nil {
 			return nil, err
 		}
 		if err := publishInvoice(pub, msg); err != nil {
@@ -73,7 +73,7 @@ func TestWriteBehindDuplicateDiscardsTheHandlersEffects(t *testing.T) {
 func TestWriteBehindHandlerErrorClaimsNothing(t *testing.T) {
 	store := newFakeStore()
 	handler := newHandler(t, store, inbox.Config{Consumer: "billing", WriteBehind: true}, nil, func(msg *message.Message) ([]*message.Message, error) {
-		_ = inbox.Queue(msg.Context(), "INSERT")
+		_ = inbox.ExecAtCommit(msg.Context(), "INSERT")
 		return nil, errors.New("boom")
 	})
 	if _, err := handler(message.NewMessage("order-1", nil)); err == nil {
@@ -90,14 +90,14 @@ type writeBehindStore struct {
 	oneStep int
 }
 
-func (s *writeBehindStore) ClaimAndCommit(ctx context.Context, c inbox.Claim, statements []inbox.Statement, produced []byte) (*inbox.Processed, error) {
+func (s *writeBehindStore) ClaimAndCommit(ctx context.Context, c inbox.Claim, statements []inbox.Statement, produced []byte) (*inbox.Record, error) {
 	s.oneStep++
 	tx, prior, err := s.Claim(ctx, c)
 	if err != nil || prior != nil {
 		return prior, err
 	}
 	for _, st := range statements {
-		tx.(*fakeTx).Queue(st.SQL, st.Args...)
+		tx.(*fakeTx).ExecAtCommit(st.SQL, st.Args...)
 	}
 	return nil, tx.Commit(ctx, produced)
 }
@@ -105,7 +105,7 @@ func (s *writeBehindStore) ClaimAndCommit(ctx context.Context, c inbox.Claim, st
 func TestWriteBehindUsesTheStoresOneStepPath(t *testing.T) {
 	store := &writeBehindStore{fakeStore: newFakeStore()}
 	handler := newHandler(t, store, inbox.Config{Consumer: "billing", WriteBehind: true}, nil, func(msg *message.Message) ([]*message.Message, error) {
-		return nil, inbox.Queue(msg.Context(), "INSERT")
+		return nil, inbox.ExecAtCommit(msg.Context(), "INSERT")
 	})
 	if _, err := handler(message.NewMessage("order-1", nil)); err != nil {
 		t.Fatal(err)
@@ -138,12 +138,12 @@ func TestSkipAcksWithoutAClaimOrTheHandler(t *testing.T) {
 	}
 }
 
-func TestConsumerFromHandlerKeepsTheConsumerAcrossARename(t *testing.T) {
+func TestConsumerByHandlerKeepsTheConsumerAcrossARename(t *testing.T) {
 	store := newFakeStore()
-	config := inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{
+	config := inbox.Config{ConsumerByHandler: map[string]string{
 		"billing":    "billing",
 		"billing_v2": "billing", // renamed from "billing" to "billing_v2"
-	})}
+	}}
 	var runs atomic.Int32
 	for _, name := range []string{"billing", "billing_v2"} { // one deploy, then the next
 		mw, err := inbox.NewMiddleware(store, config, nil)
@@ -170,7 +170,10 @@ func TestConsumerFromHandlerKeepsTheConsumerAcrossARename(t *testing.T) {
 	if n := runs.Load(); n != 1 || !store.isCommitted("billing", "order-1") {
 		t.Errorf("handler ran %d times across the rename, want 1 under consumer billing", n)
 	}
-	if _, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "a", ConsumerFromHandler: config.ConsumerFromHandler}, nil); err == nil {
-		t.Error("Consumer and ConsumerFromHandler together: no error")
+	if _, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "a", ConsumerByHandler: config.ConsumerByHandler}, nil); err == nil {
+		t.Error("Consumer and ConsumerByHandler together: no error")
+	}
+	if _, err := inbox.NewMiddleware(store, inbox.Config{ConsumerByHandler: map[string]string{"billing": ""}}, nil); err == nil {
+		t.Error("a handler mapped to no consumer: no error")
 	}
 }

@@ -29,10 +29,10 @@ const (
 	vHand     = "hand-written inbox"
 	vPiped    = "hand-written inbox, claim sent with BEGIN"
 	vTx       = "inbox, TxFromContext"
-	vQueue    = "inbox, Queue"
+	vQueue    = "inbox, ExecAtCommit"
 	// The claim-first modes on sqlinbox.NewMultiStatement's store: MariaDB/MySQL only.
 	vTxText    = "inbox, TxFromContext, multi-statement"
-	vQueueText = "inbox, Queue, multi-statement"
+	vQueueText = "inbox, ExecAtCommit, multi-statement"
 	vWB        = "inbox, WriteBehind"
 	vDup       = "inbox, duplicates only"
 
@@ -262,7 +262,7 @@ func (b *backend) variants(ctx context.Context, d time.Duration) ([]variant, err
 	}
 	inTx := func(msg *message.Message) ([]*message.Message, error) { return nil, b.inTx(msg.Context(), msg.UUID) }
 	queue := func(msg *message.Message) ([]*message.Message, error) {
-		return nil, inbox.Queue(msg.Context(), b.insert, msg.UUID, customer, amountCents)
+		return nil, inbox.ExecAtCommit(msg.Context(), b.insert, msg.UUID, customer, amountCents)
 	}
 	all := func(n int64) int64 { return n }
 	// handWritten counts the runs of a hand-written inbox's business INSERT.

@@ -112,7 +112,7 @@ var scenarios = []struct{ name, title, description string }{
 			"(MySQL: INSERT IGNORE, SQLite: ON CONFLICT DO NOTHING, both reading the affected rows), into a table of the same shape as the library's. " +
 			"*hand-written inbox, claim sent with BEGIN*: the same, with BEGIN and the claim in one pgx batch: 3 round trips, the fewest for a handler that writes in the claim's transaction, and the least such an inbox can cost (PostgreSQL only). " +
 			"*inbox, TxFromContext*: the middleware claims, the handler INSERTs through `inbox.TxFromContext`. " +
-			"*inbox, Queue*: the handler queues the INSERT with `inbox.Queue`; it travels with COMMIT. " +
+			"*inbox, ExecAtCommit*: the handler queues the INSERT with `inbox.ExecAtCommit`; it travels with COMMIT. " +
 			"*inbox, WriteBehind*: `inbox.Config{WriteBehind: true}`; the handler runs first and queues the INSERT, and on pgx BEGIN, the claim, the INSERT and COMMIT go in one batch (on MariaDB in one multi-statement request, on `sqlinbox.NewMultiStatement`'s store). " +
 			"*inbox, duplicates only*: every message's key is already committed, sent to the WriteBehind handler, which runs first; its queued INSERT must not apply (each round counts the business rows). " +
 			"Ratios are to *business alone* in the same round. Round trips are writes to the database's socket per message."},

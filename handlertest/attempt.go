@@ -106,7 +106,7 @@ type attempt struct {
 	late       []string // uses of the transaction handle after the handler returned
 	ended      string   // "Commit" or "Rollback": the handler ended the inbox transaction
 	outside    []string // statements on other connections with the message's context
-	txType     string   // the type of the store's transaction (Tx.Driver())
+	txType     string   // the type of the store's transaction (Tx.Handle())
 	pgx        bool     // the store's transaction is a pgx.Tx, which the kit wraps
 	bound      bool     // a connection of Connector carries the inbox transaction
 
@@ -175,7 +175,7 @@ func (a *attempt) connUse(what string) (verdict, error) {
 	return run, nil
 }
 
-// queued decides a statement queued with inbox.Queue: by the handler, or, in write-behind
+// queued decides a statement queued with inbox.ExecAtCommit: by the handler, or, in write-behind
 // mode on a store that claims and commits in steps, by the middleware on its behalf.
 func (a *attempt) queued(sql string) verdict {
 	a.mu.Lock()

@@ -37,7 +37,7 @@ type Case struct {
 	// Config is the middleware's configuration, as in production (WriteBehind, Key,
 	// Publisher, ...). The kit gives every scenario a consumer of its own, derived from
 	// Config.Consumer ("handlertest" if it is empty), so that the message is new to the
-	// inbox in each; it clears ConsumerFromHandler, which needs a router.
+	// inbox in each; it clears ConsumerByHandler, which needs a router.
 	Config inbox.Config
 
 	// Message is the message every scenario delivers: each delivery is a copy with the same

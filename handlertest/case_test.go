@@ -27,7 +27,7 @@ func (r *recorder) Logf(format string, args ...any) {
 
 type nopStore struct{}
 
-func (nopStore) Claim(context.Context, inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
+func (nopStore) Claim(context.Context, inbox.Claim) (inbox.Tx, *inbox.Record, error) {
 	return nil, nil, errors.New("not a store")
 }
 

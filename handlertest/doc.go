@@ -5,7 +5,7 @@
 //
 // The inbox makes a handler's database effects happen once only while the handler keeps
 // three rules: every write goes through the inbox transaction (inbox.TxFromContext, or
-// inbox.Queue), every message it sends goes through inbox.NewPublisher or is returned, and
+// inbox.ExecAtCommit), every message it sends goes through inbox.NewPublisher or is returned, and
 // every call outside the database carries inbox.KeyFromContext's key. Package inboxtest
 // checks stores; this package checks handlers against those rules.
 //
@@ -49,7 +49,7 @@
 // the injected one without sending it. On a database/sql store the kit works one level
 // down, in the connections of a *sql.DB opened with OpenDB or on Connector: the store and
 // the handler's repositories must run on that *sql.DB, and every data layer over *sql.Tx
-// (GORM, sqlx, ent, bun) is seen there too. Statements queued with inbox.Queue, and in
+// (GORM, sqlx, ent, bun) is seen there too. Statements queued with inbox.ExecAtCommit, and in
 // write-behind mode, are failed inside the store: the k-th is replaced by a text every
 // database refuses, so the real database rolls back. A failed COMMIT rolls the real
 // transaction back and returns an error wrapping ErrInjected.

@@ -133,11 +133,11 @@ func (s *session) noStatements(v view) string {
 		return "the handler never ran (does Config.Skip skip the message?)"
 	}
 	if s.writeBehind() {
-		return "the handler queued no statement (inbox.Queue): in write-behind mode its writes must be queued; " +
+		return "the handler queued no statement (inbox.ExecAtCommit): in write-behind mode its writes must be queued; " +
 			"the kit has nothing to fail, and whatever the handler writes is outside the inbox transaction"
 	}
 	msg := "the handler never used the inbox transaction: it ran no statement through inbox.TxFromContext's transaction " +
-		"and queued none with inbox.Queue, so the kit has nothing to fail, and whatever the handler writes is outside the " +
+		"and queued none with inbox.ExecAtCommit, so the kit has nothing to fail, and whatever the handler writes is outside the " +
 		"inbox transaction (a repository on the pool?)"
 	if len(v.outside) > 0 {
 		msg += "; statements ran on other connections: " + strings.Join(first(v.outside, 3), "; ")

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
 // report is one thing the kit found. Every report names the scenario, the step (the failure
@@ -56,10 +57,10 @@ const (
 	causeOutside        = "a write outside the inbox transaction: a repository on the pool?"
 	causeOutsideOrLate  = "a write outside the inbox transaction: a repository on the pool, or a goroutine that writes after the handler returned?"
 	causeLate           = "a goroutine that writes after the handler returned: write before returning, through the inbox transaction"
-	causeNotQueued      = "a write outside inbox.Queue: in write-behind mode the handler runs for every copy too, and only what it queues is dropped or rolled back (a repository on the pool?)"
+	causeNotQueued      = "a write outside inbox.ExecAtCommit: in write-behind mode the handler runs for every copy too, and only what it queues is dropped or rolled back (a repository on the pool?)"
 	causeNewUUID        = "a message published with a new UUID on each attempt: publish through inbox.NewPublisher (with the handler's context), or return the message"
 	causeNotRecorded    = "a message published outside inbox.NewPublisher (with the broker's publisher?): the inbox did not record it, so a copy does not send it again; publish through inbox.NewPublisher, or return the message"
-	causeSentEarly      = "a message published with the broker's publisher (or under inbox.PublishNow): it leaves before the commit, even when the handler then fails; publish through inbox.NewPublisher with the handler's context"
+	causeSentEarly      = "a message published with the broker's publisher (or under inbox.WithPublishNow): it leaves before the commit, even when the handler then fails; publish through inbox.NewPublisher with the handler's context"
 	causeNoKey          = "an external call without inbox.KeyFromContext's key: pass it as the idempotency key, so that the external system recognises a redelivery"
 	causeOtherKey       = "a new key on each attempt: pass inbox.KeyFromContext's key, the same for every copy and redelivery of the message"
 	causeOwnKey         = "an idempotency key of the handler's own, not inbox.KeyFromContext's: two messages with the same business data would share it, and a key built per call changes on every attempt"
@@ -80,14 +81,14 @@ func (s *session) nackCause(v view, err error, panicked any) string {
 		return causeEndedByHandler
 	case errors.Is(err, inbox.ErrNoPublisher):
 		return "set Config.Publisher to the inbox.Publisher the handler publishes through"
+	case errors.Is(err, cause.AfterReturn) || errors.Is(err, ErrUsedAfterReturn):
+		return causeLate
+	case errors.Is(err, cause.NotFromMiddleware):
+		return "inbox.ExecAtCommit with a context that is not the handler's (msg.Context())"
 	case errors.Is(err, inbox.ErrNoHandlerContext):
 		return "a message published through inbox.Publisher without the handler's context: call msg.SetContext(handlerMsg.Context()) on it"
-	case errors.Is(err, inbox.ErrPublisherMismatch):
+	case errors.Is(err, cause.PublisherMismatch):
 		return "Config.Publisher is not the inbox.Publisher the handler publishes through, or it was used with another store"
-	case errors.Is(err, inbox.ErrClaimEnded) || errors.Is(err, ErrUsedAfterReturn):
-		return causeLate
-	case errors.Is(err, inbox.ErrNoInboxTx):
-		return "inbox.Queue with a context that is not the handler's (msg.Context())"
 	case panicked != nil:
 		return "the handler panicked"
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
 // session is one call of Run or of a scenario: the Case with its defaults, the kit's store
@@ -88,14 +89,14 @@ func (s *session) handler(scenario, consumer string) (message.HandlerFunc, bool)
 	s.t.Helper()
 	config := s.c.Config
 	config.Consumer = consumer
-	config.ConsumerFromHandler = nil
+	config.ConsumerByHandler = nil
 	mw, err := inbox.NewMiddleware(s.store, config, nil)
 	if err != nil {
-		cause := ""
-		if errors.Is(err, inbox.ErrPublisherMismatch) {
-			cause = "Config.Publisher was used by a middleware on another store: give the kit an inbox.Publisher of its own (inbox.NewPublisher(recorder))"
+		why := ""
+		if errors.Is(err, cause.PublisherMismatch) {
+			why = "Config.Publisher was used by a middleware on another store: give the kit an inbox.Publisher of its own (inbox.NewPublisher(recorder))"
 		}
-		s.report(report{scenario: scenario, what: "inbox.NewMiddleware refused Case.Config: " + err.Error(), cause: cause})
+		s.report(report{scenario: scenario, what: "inbox.NewMiddleware refused Case.Config: " + err.Error(), cause: why})
 		return nil, false
 	}
 	return mw(s.runHandler), true

@@ -35,7 +35,7 @@ func wrapStore(inner inbox.Store) inbox.Store {
 	return store{inner}
 }
 
-func (s store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
+func (s store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Record, error) {
 	a, ok := attemptFrom(ctx)
 	if !ok {
 		return s.inner.Claim(ctx, claim)
@@ -54,7 +54,7 @@ func (s store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.P
 
 func (s writeBehindStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim, statements []inbox.Statement,
 	produced []byte,
-) (*inbox.Processed, error) {
+) (*inbox.Record, error) {
 	wb := s.inner.(inbox.WriteBehindStore)
 	a, ok := attemptFrom(ctx)
 	if !ok {
@@ -101,14 +101,8 @@ type tx struct {
 	driver any // what the handler gets: the kit's pgx.Tx, or the store's own
 }
 
-// queuingTx is tx for an inner transaction that implements inbox.StatementQueuer, so that
-// inbox.Queue works with the kit's store exactly when it works with the team's.
-type queuingTx struct{ *tx }
-
-var _ inbox.StatementQueuer = queuingTx{}
-
 func wrapTx(inner inbox.Tx, a *attempt) inbox.Tx {
-	t := &tx{inner: inner, a: a, driver: inner.Driver()}
+	t := &tx{inner: inner, a: a, driver: inner.Handle()}
 	ptx, isPgx := t.driver.(pgx.Tx)
 	a.mu.Lock()
 	a.txType, a.pgx = fmt.Sprintf("%T", t.driver), isPgx
@@ -116,13 +110,10 @@ func wrapTx(inner inbox.Tx, a *attempt) inbox.Tx {
 	if isPgx {
 		t.driver = &pgxTx{inner: ptx, a: a}
 	}
-	if _, ok := inner.(inbox.StatementQueuer); ok {
-		return queuingTx{t}
-	}
 	return t
 }
 
-func (t *tx) Driver() any { return t.driver }
+func (t *tx) Handle() any { return t.driver }
 
 // Commit commits, or, when the attempt's injection is COMMIT, rolls back for real and
 // returns an error wrapping ErrInjected, as a COMMIT the database refused would.
@@ -148,14 +139,13 @@ func (t *tx) Rollback(ctx context.Context) error {
 	return t.inner.Rollback(ctx)
 }
 
-// Queue forwards a queued statement, or a failing text in its place when it is the
+// ExecAtCommit forwards a deferred statement, or a failing text in its place when it is the
 // injection point: the store sends it at COMMIT, the database refuses it, and everything
 // rolls back.
-func (t queuingTx) Queue(sql string, args ...any) {
-	queuer := t.inner.(inbox.StatementQueuer)
+func (t *tx) ExecAtCommit(sql string, args ...any) {
 	if t.a.queued(sql) == inject {
-		queuer.Queue(failingSQL)
+		t.inner.ExecAtCommit(failingSQL)
 		return
 	}
-	queuer.Queue(sql, args...)
+	t.inner.ExecAtCommit(sql, args...)
 }

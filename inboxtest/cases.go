@@ -66,7 +66,7 @@ func (r *recorder) counts(key string) (runs, failed int) {
 }
 
 // handler returns the inbox-wrapped handler for consumer that writes one business row per
-// message: through the transaction, or queued with inbox.Queue in write-behind mode. after,
+// message: through the transaction, or queued with inbox.ExecAtCommit in write-behind mode. after,
 // if set, runs once the row is written.
 func (s *suite) handler(t *testing.T, consumer string, rec *recorder, logger watermill.LoggerAdapter,
 	after func(msg *message.Message) error,
@@ -88,7 +88,7 @@ func (s *suite) handler(t *testing.T, consumer string, rec *recorder, logger wat
 		case !inTx && !s.writeBehind():
 			return nil, errors.New("no inbox transaction in the handler's context")
 		case s.queues():
-			err = inbox.Queue(ctx, s.placeholders(insert), consumer, msg.UUID)
+			err = inbox.ExecAtCommit(ctx, s.placeholders(insert), consumer, msg.UUID)
 		default:
 			err = r.Exec(ctx, insert, consumer, msg.UUID)
 		}
@@ -368,14 +368,14 @@ func (s *suite) commitFaults(t *testing.T) map[string]func(ctx context.Context) 
 	if !s.queues() {
 		return faults
 	}
-	if len(s.QueuedCommitFaults) == 0 && s.writeBehind() {
+	if len(s.DeferredCommitFaults) == 0 && s.writeBehind() {
 		t.Skip("the harness defines no QueuedCommitFaults, which write-behind mode needs")
 	}
-	for name, q := range s.QueuedCommitFaults {
+	for name, q := range s.DeferredCommitFaults {
 		if !s.writeBehind() {
 			name = "queued: " + name // the handler's own faults may have the same names
 		}
-		faults[name] = func(ctx context.Context) error { return inbox.Queue(ctx, s.placeholders(q.SQL), q.Args...) }
+		faults[name] = func(ctx context.Context) error { return inbox.ExecAtCommit(ctx, s.placeholders(q.SQL), q.Args...) }
 	}
 	return faults
 }
@@ -470,8 +470,8 @@ func testBadKeys(t *testing.T, s *suite) {
 		name, key string
 		want      error
 	}{
-		{"empty UUID", "", inbox.ErrEmptyKey},
-		{"one byte too long", strings.Repeat("k", inbox.MaxKeyLength+1), inbox.ErrKeyTooLong},
+		{"empty UUID", "", inbox.ErrInvalidKey},
+		{"one byte too long", strings.Repeat("k", inbox.MaxKeyLength+1), inbox.ErrInvalidKey},
 		{"invalid UTF-8", "order-\xff\xfe", inbox.ErrInvalidKey},
 	} {
 		if err := Deliver(context.Background(), h, tc.key); !errors.Is(err, tc.want) {
@@ -499,7 +499,7 @@ func testBadKeys(t *testing.T, s *suite) {
 	if _, err := inbox.NewMiddleware(s.Store, config, nil); !errors.Is(err, inbox.ErrNoConsumer) {
 		t.Errorf("no consumer: NewMiddleware err = %v, want ErrNoConsumer", err)
 	}
-	config.ConsumerFromHandler = inbox.ConsumerByHandler(map[string]string{"billing": "billing"})
+	config.ConsumerByHandler = map[string]string{"billing": "billing"}
 	unmapped, err := inbox.NewMiddleware(s.Store, config, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ type Harness struct {
 	// (inbox.TxFromContext); ok is false if there is none.
 	InTx func(ctx context.Context) (r Runner, ok bool)
 	// Placeholders rewrites a statement written with ? placeholders into the driver's style,
-	// for statements the suite queues with inbox.Queue (DollarPlaceholders for PostgreSQL).
+	// for statements the suite queues with inbox.ExecAtCommit (DollarPlaceholders for PostgreSQL).
 	// Nil: ? is the driver's style.
 	Placeholders func(query string) string
 
@@ -56,10 +56,10 @@ type Harness struct {
 	// inside a handler (a deferred constraint that the handler violates, the connection
 	// killed before COMMIT, ...). At least one is required, except in write-behind mode.
 	CommitFaults map[string]func(ctx context.Context) error
-	// QueuedCommitFaults each make COMMIT fail when queued with inbox.Queue (written with ?
-	// placeholders): write-behind mode's handlers have no transaction to run CommitFaults
-	// in. Nil: write-behind mode does not test failed commits.
-	QueuedCommitFaults map[string]inbox.Statement
+	// DeferredCommitFaults each make COMMIT fail when deferred with inbox.ExecAtCommit
+	// (written with ? placeholders): write-behind mode's handlers have no transaction to run
+	// CommitFaults in. Nil: write-behind mode does not test failed commits.
+	DeferredCommitFaults map[string]inbox.Statement
 
 	// Outage makes the database unavailable to Store until restore is called. Nil: the
 	// suite does not test an outage.
@@ -84,15 +84,15 @@ type Runner interface {
 type Options struct {
 	// Config is the middleware configuration of every handler the suite builds; the suite
 	// sets Consumer itself and keeps the default Key (msg.UUID). With WriteBehind set, the
-	// handlers write with inbox.Queue instead of through the transaction, and the suite
+	// handlers write with inbox.ExecAtCommit instead of through the transaction, and the suite
 	// checks what was committed rather than how often a handler ran (in write-behind mode a
 	// handler also runs for a duplicate; only its effects are dropped).
 	Config inbox.Config
 
-	// Queue makes the handlers write with inbox.Queue in the claim-first mode too (they
-	// still get the transaction, and read through it), so that the store's commit carries
-	// the statements; the queued commit faults then run in that mode as well.
-	Queue bool
+	// ExecAtCommit makes the handlers write with inbox.ExecAtCommit in the claim-first mode
+	// too (they still get the transaction, and read through it), so that the store's commit
+	// carries the statements; the deferred commit faults then run in that mode as well.
+	ExecAtCommit bool
 
 	// Cases, if set, names the cases to run (as their subtests are named, with spaces);
 	// nil runs them all.
@@ -132,8 +132,8 @@ type suite struct {
 
 func (s *suite) writeBehind() bool { return s.options.Config.WriteBehind }
 
-// queues reports whether the handlers write with inbox.Queue.
-func (s *suite) queues() bool { return s.writeBehind() || s.options.Queue }
+// queues reports whether the handlers write with inbox.ExecAtCommit.
+func (s *suite) queues() bool { return s.writeBehind() || s.options.ExecAtCommit }
 
 func (s *suite) placeholders(query string) string {
 	if s.Placeholders == nil {

@@ -44,7 +44,7 @@ type backend struct {
 	// newStore builds another store on the same database (and proxy).
 	newStore func(config sqlinbox.Config) (inbox.Store, error)
 	// commitFaults, called inside a handler, each make the coming COMMIT fail;
-	// queuedCommitFaults do when queued with inbox.Queue (written with ?).
+	// queuedCommitFaults do when queued with inbox.ExecAtCommit (written with ?).
 	commitFaults       map[string]func(ctx context.Context) error
 	queuedCommitFaults map[string]inbox.Statement
 	// outage makes the database unavailable to the store until restore is called.

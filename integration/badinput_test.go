@@ -63,13 +63,13 @@ var oddMetadata = message.Metadata{
 func badInputCases() []badInputCase {
 	return []badInputCase{
 		{
-			name: "empty UUID is ErrEmptyKey", msg: func() *message.Message { return message.NewMessage("", []byte("{}")) },
-			wantErr: inbox.ErrEmptyKey, redelivery: "rejected",
+			name: "empty UUID is ErrInvalidKey", msg: func() *message.Message { return message.NewMessage("", []byte("{}")) },
+			wantErr: inbox.ErrInvalidKey, redelivery: "rejected",
 		},
 		{
-			name:    "10 KB UUID is ErrKeyTooLong",
+			name:    "10 KB UUID is ErrInvalidKey",
 			msg:     func() *message.Message { return message.NewMessage(strings.Repeat("k", 10<<10), []byte("{}")) },
-			wantErr: inbox.ErrKeyTooLong, redelivery: "rejected",
+			wantErr: inbox.ErrInvalidKey, redelivery: "rejected",
 		},
 		{
 			name:    "invalid UTF-8 UUID is ErrInvalidKey",
@@ -185,7 +185,7 @@ func testBadInput(t *testing.T, b *backend, writeBehind bool) {
 				case writeBehind && ok:
 					return nil, errors.New("a transaction in a write-behind handler's context")
 				case writeBehind:
-					if err := inbox.Queue(ctx, b.placeholders(insert), consumer, msg.UUID); err != nil {
+					if err := inbox.ExecAtCommit(ctx, b.placeholders(insert), consumer, msg.UUID); err != nil {
 						return nil, err
 					}
 				case !ok:

@@ -20,7 +20,7 @@ import (
 type appTx struct{ *sql.Tx }
 
 // beginApp begins the data layer's transaction on db, as sqlx's BeginTxx would.
-func beginApp(db *sql.DB) sqlinbox.Begin {
+func beginApp(db *sql.DB) sqlinbox.BeginFunc {
 	return sqlinbox.BeginWith(func(ctx context.Context, opts *sql.TxOptions) (*appTx, error) {
 		tx, err := db.BeginTx(ctx, opts)
 		if err != nil {
@@ -74,7 +74,7 @@ func TestConfigBeginBadInput(t *testing.T) {
 	}
 
 	errDown := errors.New("the data layer cannot begin")
-	for name, begin := range map[string]sqlinbox.Begin{
+	for name, begin := range map[string]sqlinbox.BeginFunc{
 		"begin fails": sqlinbox.BeginWith(func(context.Context, *sql.TxOptions) (*appTx, error) { return nil, errDown },
 			func(tx *appTx) *sql.Tx { return tx.Tx }),
 		"no *sql.Tx under the transaction": sqlinbox.BeginWith(func(context.Context, *sql.TxOptions) (*appTx, error) { return &appTx{}, nil },

@@ -80,7 +80,7 @@ type chaosDB struct {
 	killInTx func(ctx context.Context, tx runner) error
 	// writeBehind runs the inbox in write-behind mode: the handler queues its invoice.
 	writeBehind bool
-	// queue makes the claim-first handler queue its invoice (inbox.Queue) instead of writing
+	// queue makes the claim-first handler queue its invoice (inbox.ExecAtCommit) instead of writing
 	// it through the transaction: it travels with COMMIT.
 	queue bool
 }
@@ -363,13 +363,13 @@ func runChaos(t *testing.T, db *chaosDB, orders int) {
 		case db.writeBehind && ok:
 			return errors.New("a transaction in the context of a write-behind handler")
 		case db.writeBehind:
-			if err := inbox.Queue(ctx, db.b.placeholders(insert), "billing", msg.UUID); err != nil {
+			if err := inbox.ExecAtCommit(ctx, db.b.placeholders(insert), "billing", msg.UUID); err != nil {
 				return err
 			}
 		case !ok:
 			return errors.New("no inbox transaction in the handler's context")
 		case db.queue:
-			if err := inbox.Queue(ctx, db.b.placeholders(insert), "billing", msg.UUID); err != nil {
+			if err := inbox.ExecAtCommit(ctx, db.b.placeholders(insert), "billing", msg.UUID); err != nil {
 				return err
 			}
 		default:

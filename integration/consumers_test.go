@@ -172,9 +172,9 @@ var competingConfigs = []struct {
 }{
 	{"zero Config", inbox.Config{}},
 	{"Consumer", inbox.Config{Consumer: "billing"}},
-	{"ConsumerByHandler", inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{
+	{"ConsumerByHandler", inbox.Config{ConsumerByHandler: map[string]string{
 		"billing-0": "billing", "billing-1": "billing", "billing-2": "billing",
-	})}},
+	}}},
 }
 
 // Three router handlers on one durable RabbitMQ queue compete for its messages, and the two
@@ -287,7 +287,7 @@ func TestFanOutHandlersOnRabbitMQ(t *testing.T) {
 		}
 	}
 	// The one line fan-out needs: a consumer per handler.
-	config := inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{"billing": "billing", "audit": "audit"})}
+	config := inbox.Config{ConsumerByHandler: map[string]string{"billing": "billing", "audit": "audit"}}
 	run, err := startConsumers(t, b, config, handlers)
 	if err != nil {
 		t.Fatal(err)
@@ -334,12 +334,12 @@ func TestRenamedHandlerBetweenDeploys(t *testing.T) {
 	}{
 		{"zero Config", inbox.Config{}, false},
 		{"Consumer", inbox.Config{Consumer: "billing"}, false},
-		{"ConsumerByHandler with the new name", inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{
+		{"ConsumerByHandler with the new name", inbox.Config{ConsumerByHandler: map[string]string{
 			"billing": "billing", "invoicing": "billing",
-		})}, false},
-		{"ConsumerByHandler without the new name", inbox.Config{ConsumerFromHandler: inbox.ConsumerByHandler(map[string]string{
+		}}, false},
+		{"ConsumerByHandler without the new name", inbox.Config{ConsumerByHandler: map[string]string{
 			"billing": "billing",
-		})}, true},
+		}}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			amqpURL := testenv.AMQPURL(t)

@@ -19,7 +19,7 @@ import (
 
 // FuzzKeyClaimedOnceOrRejected sends any string as a message UUID (the default key) through
 // the middleware to a real store (SQLite in a temporary directory). Either the key is
-// rejected before anything is claimed, with ErrEmptyKey, ErrKeyTooLong or ErrInvalidKey
+// rejected before anything is claimed, with ErrInvalidKey, ErrInvalidKey or ErrInvalidKey
 // exactly when the documented rules say so, or it is claimed exactly once: the handler runs
 // once, sees the key unchanged through KeyFromContext, the inbox row holds the same bytes,
 // and a second delivery is a duplicate.
@@ -117,9 +117,9 @@ func FuzzKeyClaimedOnceOrRejected(f *testing.F) {
 func referenceKeyRejection(key string) error {
 	switch {
 	case key == "":
-		return inbox.ErrEmptyKey
+		return inbox.ErrInvalidKey
 	case len(key) > inbox.MaxKeyLength:
-		return inbox.ErrKeyTooLong
+		return inbox.ErrInvalidKey
 	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
 		return inbox.ErrInvalidKey
 	}

@@ -26,7 +26,7 @@ import (
 type galeraMode struct {
 	name string
 	// writeBehind runs the handler before the claim; queue makes a claim-first handler queue
-	// its writes (inbox.Queue) instead of writing through the *sql.Tx.
+	// its writes (inbox.ExecAtCommit) instead of writing through the *sql.Tx.
 	writeBehind, queue bool
 	// multiStatement makes the store with sqlinbox.NewMultiStatement (and the DSN's
 	// multiStatements).
@@ -145,11 +145,11 @@ func (c *galeraTables) handler(t *testing.T, store galeraStore, m galeraMode, ho
 		ctx := msg.Context()
 		if m.writeBehind || m.queue {
 			if hot {
-				if err := inbox.Queue(ctx, increment); err != nil {
+				if err := inbox.ExecAtCommit(ctx, increment); err != nil {
 					return nil, err
 				}
 			}
-			return nil, inbox.Queue(ctx, insert, "billing", msg.UUID)
+			return nil, inbox.ExecAtCommit(ctx, insert, "billing", msg.UUID)
 		}
 		tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 		if !ok {

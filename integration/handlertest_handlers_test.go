@@ -20,13 +20,13 @@ type writeMode int
 
 const (
 	throughTx writeMode = iota // inbox.TxFromContext
-	queued                     // inbox.Queue (claim-first with Queue, and write-behind)
+	queued                     // inbox.ExecAtCommit (claim-first with Queue, and write-behind)
 )
 
 // write writes the order's row into table the way mode says.
 func (f *kitFixture) write(ctx context.Context, mode writeMode, table string, o order) error {
 	if mode == queued {
-		return inbox.Queue(ctx, f.placeholders(insert(table)), o.OrderID, o.Cents)
+		return inbox.ExecAtCommit(ctx, f.placeholders(insert(table)), o.OrderID, o.Cents)
 	}
 	tx, ok := f.inTx(ctx)
 	if !ok {

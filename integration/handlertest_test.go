@@ -244,11 +244,11 @@ func TestHandlerKitRefusesAHandlerThatNeverUsesTheTransaction(t *testing.T) {
 			want        string
 		}{
 			{"everything on the pool", f.everythingOnThePool(), false, "handlertest: reference: the handler never used the inbox transaction: " +
-				"it ran no statement through inbox.TxFromContext's transaction and queued none with inbox.Queue"},
+				"it ran no statement through inbox.TxFromContext's transaction and queued none with inbox.ExecAtCommit"},
 			{"nothing at all", func(*message.Message) ([]*message.Message, error) { return nil, nil }, false,
 				"handlertest: reference: the handler never used the inbox transaction"},
 			{"write-behind, nothing queued", f.everythingOnThePool(), true,
-				"handlertest: reference: the handler queued no statement (inbox.Queue): in write-behind mode its writes must be queued"},
+				"handlertest: reference: the handler queued no statement (inbox.ExecAtCommit): in write-behind mode its writes must be queued"},
 		} {
 			if f.sqlite && tc.name == "everything on the pool" {
 				// The claim holds SQLite's one write lock: the pool's write waits for it.

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/inboxotel"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
@@ -54,7 +55,7 @@ func TestMetrics(t *testing.T) {
 	}
 	sums, counts := map[string]int64{}, map[string]uint64{}
 	for _, scope := range data.ScopeMetrics {
-		if scope.Scope.Name != inbox.MeterName {
+		if scope.Scope.Name != inboxotel.ScopeName {
 			continue
 		}
 		for _, m := range scope.Metrics {
@@ -64,7 +65,7 @@ func TestMetrics(t *testing.T) {
 					if v, _ := p.Attributes.Value("consumer"); v.AsString() != "billing" {
 						t.Errorf("%s: consumer attribute %q, want billing", m.Name, v.AsString())
 					}
-					if m.Name == inbox.MetricFailed {
+					if m.Name == inboxotel.MetricFailed {
 						if stage, _ := p.Attributes.Value(attribute.Key("stage")); stage.AsString() != "key" {
 							t.Errorf("%s: stage %q, want key", m.Name, stage.AsString())
 						}
@@ -79,19 +80,19 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]int64{
-		inbox.MetricProcessed:             3,
-		inbox.MetricDuplicates:            2,
-		inbox.MetricRolledBack:            1,
-		inbox.MetricFingerprintMismatches: 1,
-		inbox.MetricFailed:                1,
+		inboxotel.MetricProcessed:             3,
+		inboxotel.MetricDuplicates:            2,
+		inboxotel.MetricRolledBack:            1,
+		inboxotel.MetricFingerprintMismatches: 1,
+		inboxotel.MetricFailed:                1,
 	} {
 		if sums[name] != want {
 			t.Errorf("%s = %d, want %d", name, sums[name], want)
 		}
 	}
 	for name, want := range map[string]uint64{
-		inbox.MetricClaimDuration:       7, // every delivery that reached the store
-		inbox.MetricTransactionDuration: 3, // every commit
+		inboxotel.MetricClaimDuration:       7, // every delivery that reached the store
+		inboxotel.MetricTransactionDuration: 3, // every commit
 	} {
 		if counts[name] != want {
 			t.Errorf("%s: %d measurements, want %d", name, counts[name], want)
@@ -125,7 +126,7 @@ func TestCleanupMetric(t *testing.T) {
 		counted += p.Value
 	}
 	if counted != 3 {
-		t.Errorf("%s = %d, want 3", inbox.MetricRowsCleaned, counted)
+		t.Errorf("%s = %d, want 3", inboxotel.MetricRowsCleaned, counted)
 	}
 }
 
@@ -221,7 +222,7 @@ func TestRetentionRunnerMeterProvider(t *testing.T) {
 		counted += p.Value
 	}
 	if counted != 5 {
-		t.Errorf("%s = %d, want 5", inbox.MetricRowsCleaned, counted)
+		t.Errorf("%s = %d, want 5", inboxotel.MetricRowsCleaned, counted)
 	}
 	if n := provider.counters.Load(); n != 1 {
 		t.Errorf("the runner created %d counters, want 1 for all its passes", n)
@@ -238,7 +239,7 @@ func rowsCleaned(t *testing.T, reader *sdkmetric.ManualReader) []metricdata.Data
 	var points []metricdata.DataPoint[int64]
 	for _, scope := range data.ScopeMetrics {
 		for _, m := range scope.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == inbox.MetricRowsCleaned {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == inboxotel.MetricRowsCleaned {
 				points = append(points, sum.DataPoints...)
 			}
 		}

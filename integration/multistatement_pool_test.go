@@ -50,7 +50,7 @@ func TestMultiStatementPoolLeavesOtherWorkAlone(t *testing.T) {
 				return nil, err
 			}
 			if queued != "" {
-				return nil, inbox.Queue(msg.Context(), queued, "billing", msg.UUID)
+				return nil, inbox.ExecAtCommit(msg.Context(), queued, "billing", msg.UUID)
 			}
 			return nil, nil
 		})

@@ -216,8 +216,8 @@ func TestBusinessKeyCatchesResentEventWithNewUUID(t *testing.T) {
 		}
 		wantRows(t, "invoices of A-1001", b.invoices(t, "billing", "A-1001"), 1)
 
-		if _, err := h(message.NewMessage(watermill.NewUUID(), nil)); !errors.Is(err, inbox.ErrEmptyKey) {
-			t.Errorf("message without order_id: err = %v, want ErrEmptyKey", err)
+		if _, err := h(message.NewMessage(watermill.NewUUID(), nil)); !errors.Is(err, inbox.ErrInvalidKey) {
+			t.Errorf("message without order_id: err = %v, want ErrInvalidKey", err)
 		}
 	})
 }

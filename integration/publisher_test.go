@@ -74,7 +74,7 @@ func testPublisher(t *testing.T, b *backend, writeBehind bool) {
 	router.AddConsumerHandler("billing", "orders", pubSub, func(msg *message.Message) error {
 		ctx := msg.Context()
 		if writeBehind {
-			if err := inbox.Queue(ctx, b.placeholders(insert), "billing", msg.UUID); err != nil {
+			if err := inbox.ExecAtCommit(ctx, b.placeholders(insert), "billing", msg.UUID); err != nil {
 				return err
 			}
 		} else {

@@ -14,7 +14,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// queueingHandler writes its invoice with inbox.Queue (the write-behind path) and returns
+// queueingHandler writes its invoice with inbox.ExecAtCommit (the write-behind path) and returns
 // one produced message, so the commit carries queued statements and a record together.
 func (b *backend) queueingHandler(t *testing.T, statements func(key string) []string) message.HandlerFunc {
 	t.Helper()
@@ -24,7 +24,7 @@ func (b *backend) queueingHandler(t *testing.T, statements func(key string) []st
 	}
 	return mw(func(msg *message.Message) ([]*message.Message, error) {
 		for _, statement := range statements(msg.UUID) {
-			if err := inbox.Queue(msg.Context(), b.placeholders(statement), "billing", msg.UUID); err != nil {
+			if err := inbox.ExecAtCommit(msg.Context(), b.placeholders(statement), "billing", msg.UUID); err != nil {
 				return nil, err
 			}
 		}
@@ -74,8 +74,8 @@ func TestFailedQueuedStatementRollsBackEverything(t *testing.T) {
 }
 
 func TestQueueOutsideTheInbox(t *testing.T) {
-	if err := inbox.Queue(context.Background(), "SELECT 1"); !errors.Is(err, inbox.ErrNoInboxTx) {
-		t.Errorf("err = %v, want ErrNoInboxTx", err)
+	if err := inbox.ExecAtCommit(context.Background(), "SELECT 1"); !errors.Is(err, inbox.ErrNoHandlerContext) {
+		t.Errorf("err = %v, want ErrNoHandlerContext", err)
 	}
 }
 

@@ -33,7 +33,7 @@ func (c countingConn) Write(b []byte) (int, error) {
 }
 
 // The round trips docs/write-behind.md promises on pgx: a first delivery costs the claim's batch, the
-// handler's statement and COMMIT; with inbox.Queue, the claim's batch and the commit's; a
+// handler's statement and COMMIT; with inbox.ExecAtCommit, the claim's batch and the commit's; a
 // duplicate, the claim's batch and the ROLLBACK. In write-behind mode a first delivery costs
 // one batch, and a duplicate that batch and one with ROLLBACK and the read of the record.
 //
@@ -98,12 +98,12 @@ func pgxRoundTripsPerMessage(t *testing.T, mode pgx.QueryExecMode) {
 			t.Fatal(err)
 		}
 		return mw(func(msg *message.Message) ([]*message.Message, error) {
-			return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
+			return nil, inbox.ExecAtCommit(msg.Context(), insert, "billing", msg.UUID)
 		})
 	}
 	plain := mw(writeInTx)
 	queued := mw(func(msg *message.Message) ([]*message.Message, error) {
-		return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
+		return nil, inbox.ExecAtCommit(msg.Context(), insert, "billing", msg.UUID)
 	})
 
 	const messages = 50
@@ -233,7 +233,7 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 		}
 		h := mw(func(msg *message.Message) ([]*message.Message, error) {
 			if m.writeBehind || m.queue {
-				return nil, inbox.Queue(msg.Context(), insert, "billing", msg.UUID)
+				return nil, inbox.ExecAtCommit(msg.Context(), insert, "billing", msg.UUID)
 			}
 			tx, ok := inbox.TxFromContext[*sql.Tx](msg.Context())
 			if !ok {

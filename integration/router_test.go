@@ -147,8 +147,8 @@ func TestRouterRecommendedMiddlewareOrder(t *testing.T) {
 			select {
 			case msg := <-r.poison:
 				msg.Ack()
-				if reason := msg.Metadata.Get(middleware.ReasonForPoisonedKey); !strings.Contains(reason, inbox.ErrEmptyKey.Error()) {
-					t.Errorf("poisoned with reason %q, want ErrEmptyKey", reason)
+				if reason := msg.Metadata.Get(middleware.ReasonForPoisonedKey); !strings.Contains(reason, inbox.ErrInvalidKey.Error()) {
+					t.Errorf("poisoned with reason %q, want ErrInvalidKey", reason)
 				}
 			case <-time.After(30 * time.Second):
 				t.Fatal("the message without a UUID did not reach the poison queue")

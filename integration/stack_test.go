@@ -441,8 +441,8 @@ func TestRecommendedMiddlewareStackOnRabbitMQ(t *testing.T) {
 		reason := msg.Metadata.Get(middleware.ReasonForPoisonedKey)
 		switch {
 		case msg.UUID == "":
-			if !strings.Contains(reason, inbox.ErrEmptyKey.Error()) {
-				t.Errorf("message without a UUID poisoned with %q, want ErrEmptyKey", reason)
+			if !strings.Contains(reason, inbox.ErrInvalidKey.Error()) {
+				t.Errorf("message without a UUID poisoned with %q, want ErrInvalidKey", reason)
 			}
 		case r.kinds[msg.UUID] != pill:
 			t.Errorf("%s order %s poisoned (%q): a retry would have processed it", r.kinds[msg.UUID], msg.UUID, reason)

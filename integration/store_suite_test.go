@@ -40,7 +40,7 @@ func TestStoreConformanceWriteBehind(t *testing.T) {
 // The suite again with the handlers queueing their writes in the claim-first mode: the
 // statements travel with COMMIT (one batch on pgx, one multi-statement request on MariaDB's multi-statement store).
 func TestStoreConformanceQueued(t *testing.T) {
-	runSuite(t, inboxtest.Options{Queue: true})
+	runSuite(t, inboxtest.Options{ExecAtCommit: true})
 }
 
 func runSuite(t *testing.T, options inboxtest.Options) {
@@ -75,10 +75,10 @@ func (b *backend) harness() *inboxtest.Harness {
 		NewStore: func(table string) (inbox.Store, error) {
 			return b.newStore(sqlinbox.Config{Table: table})
 		},
-		CommitFaults:       b.commitFaults,
-		QueuedCommitFaults: queued,
-		Outage:             b.outage,
-		Retriable:          b.retriable,
+		CommitFaults:         b.commitFaults,
+		DeferredCommitFaults: queued,
+		Outage:               b.outage,
+		Retriable:            b.retriable,
 	}
 }
 

@@ -142,7 +142,7 @@ func deliverAll(t *testing.T, b *backend, store inbox.Store, writeBehind bool) (
 			ran.Add(1)
 			ctx := msg.Context()
 			if writeBehind {
-				return nil, inbox.Queue(ctx, b.placeholders(insert), consumer, msg.UUID)
+				return nil, inbox.ExecAtCommit(ctx, b.placeholders(insert), consumer, msg.UUID)
 			}
 			r, ok := b.inTx(ctx)
 			if !ok {

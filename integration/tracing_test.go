@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/inboxotel"
 )
 
 // The middleware's spans, read with the SDK's in-memory exporter: one inbox.message span per
@@ -59,7 +60,7 @@ func TestSpans(t *testing.T) {
 			children := map[string]int{}
 			for _, s := range spans {
 				switch s.Name {
-				case inbox.SpanMessage:
+				case inboxotel.SpanMessage:
 					if got := parentName(s); !strings.HasPrefix(got, "receive ") {
 						t.Errorf("inbox.message's parent is %q, want the message context's span", got)
 					}
@@ -73,11 +74,11 @@ func TestSpans(t *testing.T) {
 						t.Errorf("the failed delivery's span has status %v, want Error", s.Status.Code)
 					}
 				case "create invoice":
-					if got := parentName(s); got != inbox.SpanHandler {
-						t.Errorf("the handler's span is under %q, want %s", got, inbox.SpanHandler)
+					if got := parentName(s); got != inboxotel.SpanHandler {
+						t.Errorf("the handler's span is under %q, want %s", got, inboxotel.SpanHandler)
 					}
 				default:
-					if got := parentName(s); got == inbox.SpanMessage {
+					if got := parentName(s); got == inboxotel.SpanMessage {
 						children[s.Name]++
 					}
 				}
@@ -89,11 +90,11 @@ func TestSpans(t *testing.T) {
 			if writeBehind {
 				handlerRuns = 3 // the duplicate runs the handler too
 			}
-			if children[inbox.SpanHandler] != handlerRuns || children[inbox.SpanCommit] != 1+map[bool]int{false: 0, true: 1}[writeBehind] {
+			if children[inboxotel.SpanHandler] != handlerRuns || children[inboxotel.SpanCommit] != 1+map[bool]int{false: 0, true: 1}[writeBehind] {
 				t.Errorf("child spans %v", children)
 			}
-			if !writeBehind && children[inbox.SpanClaim] != 3 {
-				t.Errorf("claim spans %d, want 3", children[inbox.SpanClaim])
+			if !writeBehind && children[inboxotel.SpanClaim] != 3 {
+				t.Errorf("claim spans %d, want 3", children[inboxotel.SpanClaim])
 			}
 		})
 	}

@@ -29,7 +29,7 @@ func (b *backend) writeBehindHandler(t *testing.T, consumer string, key func(msg
 		if _, ok := b.inTx(msg.Context()); ok {
 			return nil, errors.New("write-behind handler got a transaction")
 		}
-		return nil, inbox.Queue(msg.Context(), insert, consumer, key(msg))
+		return nil, inbox.ExecAtCommit(msg.Context(), insert, consumer, key(msg))
 	})
 }
 
@@ -63,7 +63,7 @@ func testWriteBehindUniqueViolation(t *testing.T, b *backend) {
 	}
 	insert := b.placeholders("INSERT INTO " + parent + " (id) VALUES (?)")
 	h = mw(func(msg *message.Message) ([]*message.Message, error) {
-		return nil, inbox.Queue(msg.Context(), insert, "taken")
+		return nil, inbox.ExecAtCommit(msg.Context(), insert, "taken")
 	})
 	if err := deliver(context.Background(), h, key); err == nil {
 		t.Fatal("the queued write's primary-key violation was acked")

@@ -71,7 +71,7 @@ func benchHandler(b *testing.B) (message.HandlerFunc, *int) {
 	runs := new(int)
 	return mw(func(msg *message.Message) ([]*message.Message, error) {
 		*runs++
-		return nil, inbox.Queue(msg.Context(), insert, msg.UUID)
+		return nil, inbox.ExecAtCommit(msg.Context(), insert, msg.UUID)
 	}), runs
 }
 

@@ -22,7 +22,7 @@ const (
 // Claim implements inbox.Store. BEGIN, the lock timeout (if set) and the claim travel as one
 // request where the store's driver can send one (pgx, multi-statement requests); a
 // duplicate's ROLLBACK and the read of the committed claim share another.
-func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Processed, error) {
+func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Record, error) {
 	if err := s.before(ctx, claimFirstMode); err != nil {
 		return nil, nil, err
 	}
@@ -112,9 +112,9 @@ type claimedTx struct {
 	statementQueue
 }
 
-var _ inbox.StatementQueuer = (*claimedTx)(nil)
+var _ inbox.Tx = (*claimedTx)(nil)
 
-func (t *claimedTx) Driver() any { return t.session.handle() }
+func (t *claimedTx) Handle() any { return t.session.handle() }
 
 // Commit sends the queued statements, the record of produced messages and COMMIT, as one
 // request where the store's driver can send one: one round trip whatever the handler queued.

@@ -37,7 +37,7 @@ type Config struct {
 	// own transaction type (see Begin and BeginWith: *sqlx.Tx, bun.Tx). Default: db.BeginTx,
 	// and handlers get the *sql.Tx. NewMultiStatement refuses it (its messages begin in a
 	// multi-statement request of the store's own), and so does NewPgx (handlers get pgx.Tx).
-	Begin Begin
+	Begin BeginFunc
 
 	// Logger receives, at error level, each check that refuses the inbox table (see
 	// ErrTableMismatch) and the check that refuses NewMultiStatement's store on this server (see

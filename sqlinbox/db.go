@@ -29,7 +29,7 @@ func NewDB(db *sql.DB, dialect Dialect, config Config) (*Store, error) {
 type dbPool struct {
 	sqlQuerier // statements on the pool, each in a transaction of its own
 	db         *sql.DB
-	begin      Begin // Config.Begin, or db.BeginTx
+	begin      BeginFunc // Config.Begin, or db.BeginTx
 }
 
 func (p *dbPool) session(context.Context) (session, error) { return &dbSession{pool: p}, nil }

@@ -92,7 +92,7 @@ func (s *dbSession) rollback(context.Context) error { return sqlEnded(s.tx.Rollb
 // takes a snapshot of its own, so it also sees a claim committed while this one waited for
 // it; under REPEATABLE READ or SERIALIZABLE such a claim fails instead ("could not serialize
 // access"), and the redelivery is the duplicate.
-func (s *dbSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Processed, error) {
+func (s *dbSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
 	prior, err := scanClaim(s.tx.QueryRowContext(ctx, query, args...))
 	if rbErr := s.tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 		err = errors.Join(err, fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", rbErr))

@@ -211,7 +211,7 @@ func aliasHarness(t *testing.T) *inboxtest.Harness {
 				return err
 			},
 		},
-		QueuedCommitFaults: map[string]inbox.Statement{"deferred constraint fails at COMMIT": {SQL: violate}},
+		DeferredCommitFaults: map[string]inbox.Statement{"deferred constraint fails at COMMIT": {SQL: violate}},
 		Outage: func() func() {
 			down.Store(true)
 			_, err := direct.ExecContext(ctx,

@@ -22,7 +22,7 @@ import (
 //   - The claim-first mode: START TRANSACTION, the lock timeout and the claim in one request;
 //     the queued statements, the record and COMMIT in another. A handler that writes through
 //     the *sql.Tx sends its statements and COMMIT one request each (3 round trips for one
-//     statement), one that queues them with inbox.Queue 2.
+//     statement), one that queues them with inbox.ExecAtCommit 2.
 //
 // Handlers get a *sql.Tx from inbox.TxFromContext[*sql.Tx], as with a store made by NewDB.
 // A node of a Galera or Percona XtraDB Cluster refuses it (see ErrMultiStatementRefused): use
@@ -180,7 +180,7 @@ func (s *multiSession) run(ctx context.Context, statements []statement) (int, er
 func (s *multiSession) rollback(context.Context) error { return sqlEnded(s.tx.Rollback()) }
 
 // rollbackAndSelect sends ROLLBACK and the read of the committed claim as one request.
-func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Processed, error) {
+func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
 	ctx = context.WithoutCancel(ctx) // the transaction must end, whatever happens to ctx
 	rows, err := s.conn.QueryContext(ctx, sqlRollback+requestSeparator+query, args...)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 //
 // The store acquires a connection for each message and keeps it until the transaction ends,
 // so that it can send statements in batches: BEGIN travels with the claim, and the
-// statements a handler queued with inbox.Queue, the record of produced messages and COMMIT
+// statements a handler queued with inbox.ExecAtCommit, the record of produced messages and COMMIT
 // travel together. A first delivery costs the round trips of the handler's own transaction,
 // a duplicate two; write-behind mode (inbox.Config.WriteBehind) one. Every message in flight
 // holds one of the pool's connections from its claim to its commit: size the pool (pgxpool's

@@ -115,7 +115,7 @@ func (s *pgxSession) run(ctx context.Context, statements []statement) (int, erro
 func (s *pgxSession) rollback(ctx context.Context) error { return pgxEnded(s.tx.Rollback(ctx)) }
 
 // rollbackAndSelect sends ROLLBACK and the read of the committed claim in one batch.
-func (s *pgxSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Processed, error) {
+func (s *pgxSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
 	c := s.conn.Conn()
 	if s.pool.describes && c.PgConn().TxStatus() == 'E' {
 		// The server describes nothing in an aborted transaction: ROLLBACK goes first, alone
@@ -132,7 +132,7 @@ func (s *pgxSession) rollbackAndSelect(ctx context.Context, query string, args [
 	batch.Queue(query, args...)
 	results := c.SendBatch(ctx, batch)
 	_, err := results.Exec()
-	var prior *inbox.Processed
+	var prior *inbox.Record
 	if err == nil {
 		prior, err = scanClaim(results.QueryRow())
 	} else {

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/inboxotel"
 )
 
 // Retention: the inbox keeps a row per processed message, and a row is only useful while a
@@ -63,14 +63,14 @@ type CleanupConfig struct {
 	// during every call, so a slow Progress delays other cleanups, not claims.
 	Progress func(CleanupProgress)
 
-	// MeterProvider receives the inbox.cleanup.rows_deleted counter (inbox.MetricRowsCleaned),
+	// MeterProvider receives the inbox.cleanup.rows_deleted counter (inboxotel.MetricRowsCleaned),
 	// with the attribute "table". Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
 
 // newRowsCleaned creates the inbox.cleanup.rows_deleted counter on provider.
 func newRowsCleaned(provider metric.MeterProvider) (metric.Int64Counter, error) {
-	counter, err := provider.Meter(inbox.MeterName).Int64Counter(inbox.MetricRowsCleaned,
+	counter, err := provider.Meter(inboxotel.ScopeName).Int64Counter(inboxotel.MetricRowsCleaned,
 		metric.WithDescription("Inbox rows deleted by retention cleanup"), metric.WithUnit("{row}"))
 	if err != nil {
 		return nil, fmt.Errorf("sqlinbox: cleanup: metrics: %w", err)

@@ -111,7 +111,7 @@ type session interface {
 	// that sends a statement at a time reads in the transaction, which the claim that skipped
 	// the duplicate (or InnoDB's and SQLite's, after the duplicate-key error) left usable, so
 	// that the read stays on one connection behind a transaction pooler.
-	rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Processed, error)
+	rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error)
 	// abort ends the transaction a failed statement left open, if any, and returns the error
 	// the flow reports for cause, which the session may explain further.
 	abort(ctx context.Context, cause error) error

@@ -108,8 +108,8 @@ func (s statements) selectClaimArgs(claim inbox.Claim) []any {
 
 // scanClaim reads the committed claim's record. No row means it was deleted between the
 // claim and the read (retention): an error, so the message is redelivered and claimed anew.
-func scanClaim(row interface{ Scan(...any) error }) (*inbox.Processed, error) {
-	var prior inbox.Processed
+func scanClaim(row interface{ Scan(...any) error }) (*inbox.Record, error) {
+	var prior inbox.Record
 	if err := row.Scan(&prior.Fingerprint, &prior.Produced); err != nil {
 		return nil, fmt.Errorf("sqlinbox: read the committed claim: %w", err)
 	}

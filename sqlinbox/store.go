@@ -13,7 +13,7 @@ import (
 // database:
 //
 //   - NewPgx, on a pgx pool: in pipelined batches. BEGIN travels with the claim, and the
-//     statements queued with inbox.Queue, the record of produced messages and COMMIT travel
+//     statements queued with inbox.ExecAtCommit, the record of produced messages and COMMIT travel
 //     together; write-behind mode (inbox.Config.WriteBehind) sends everything in one batch.
 //     Handlers get a pgx.Tx.
 //   - NewDB, on a database/sql pool: one statement at a time. Handlers get a *sql.Tx, or the

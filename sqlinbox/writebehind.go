@@ -14,7 +14,7 @@ import (
 // trip. A duplicate makes the claim fail on the primary key, which ends the request; ROLLBACK
 // and the read of the committed claim then share another. A store made by NewDB sends the
 // same statements one at a time.
-func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []inbox.Statement, produced []byte) (*inbox.Processed, error) {
+func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []inbox.Statement, produced []byte) (*inbox.Record, error) {
 	if err := s.before(ctx, writeBehindMode); err != nil {
 		return nil, err
 	}

@@ -69,15 +69,15 @@ func run(ctx context.Context, amqpURL, postgres string, orders int, out io.Write
 }
 
 // sendOrders sends IssueInvoice for every order, and OrderShipped for every other one. Not
-// from a handler: inbox.PublishNow has the buses publish at once.
+// from a handler: inbox.WithPublishNow has the buses publish at once.
 func sendOrders(ctx context.Context, app *App, orders int) error {
 	for i := range orders {
 		order := fmt.Sprintf("order-%04d", i)
-		if err := app.CommandBus.Send(inbox.PublishNow(ctx), &IssueInvoice{OrderID: order, AmountCents: int64(100 + i)}); err != nil {
+		if err := app.CommandBus.Send(inbox.WithPublishNow(ctx), &IssueInvoice{OrderID: order, AmountCents: int64(100 + i)}); err != nil {
 			return err
 		}
 		if shipped(i) {
-			if err := app.EventBus.Publish(inbox.PublishNow(ctx), &OrderShipped{OrderID: order}); err != nil {
+			if err := app.EventBus.Publish(inbox.WithPublishNow(ctx), &OrderShipped{OrderID: order}); err != nil {
 				return err
 			}
 		}

@@ -260,7 +260,7 @@ func (a *App) newInboxMiddleware() (message.HandlerMiddleware, error) {
 			want, ok := handles[message.HandlerNameFromCtx(msg.Context())]
 			return ok && Marshaler.NameFromMessage(msg) != want
 		},
-		ConsumerFromHandler: inbox.ConsumerByHandler(consumers),
+		ConsumerByHandler: consumers,
 	}
 	if a.opts.NoSkip {
 		config.Skip = nil

@@ -98,7 +98,7 @@ func TestKafkaOffsetKey(t *testing.T) {
 }
 
 // TestKafkaWithoutUUID: with the default key, a record without a UUID is never processed
-// and never skipped: the inbox fails it with inbox.ErrEmptyKey, so it is nacked (and resent)
+// and never skipped: the inbox fails it with inbox.ErrInvalidKey, so it is nacked (and resent)
 // and no invoice is written.
 func TestKafkaWithoutUUID(t *testing.T) {
 	t.Parallel()
@@ -132,7 +132,7 @@ func TestKafkaWithoutUUID(t *testing.T) {
 		select {
 		case <-failures.emptyKey:
 		case <-time.After(60 * time.Second):
-			t.Fatal("the record without a UUID did not fail twice with inbox.ErrEmptyKey in 60s")
+			t.Fatal("the record without a UUID did not fail twice with inbox.ErrInvalidKey in 60s")
 		}
 	}
 	if err := router.Close(); err != nil {
@@ -150,7 +150,7 @@ func TestKafkaWithoutUUID(t *testing.T) {
 	if counts.Invoices != 0 {
 		t.Errorf("%d invoices, want 0", counts.Invoices)
 	}
-	t.Logf("a record without a UUID failed %d times with inbox.ErrEmptyKey and wrote nothing", failures.emptyKeyErrs)
+	t.Logf("a record without a UUID failed %d times with inbox.ErrInvalidKey and wrote nothing", failures.emptyKeyErrs)
 }
 
 // newInbox creates an invoice table and an inbox table, dropped when the test ends, and
@@ -181,7 +181,7 @@ func newInbox(t *testing.T, pool *pgxpool.Pool) (*e2e.Invoices, message.HandlerM
 	return invoices, inboxMiddleware
 }
 
-// keyFailures counts, around the inbox, the deliveries that fail with inbox.ErrEmptyKey
+// keyFailures counts, around the inbox, the deliveries that fail with inbox.ErrInvalidKey
 // (and signals each on emptyKey) and those that fail otherwise, and inside it the handler's
 // runs.
 type keyFailures struct {
@@ -200,7 +200,7 @@ func (k *keyFailures) observe(h message.HandlerFunc) message.HandlerFunc {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		switch {
-		case errors.Is(err, inbox.ErrEmptyKey):
+		case errors.Is(err, inbox.ErrInvalidKey):
 			k.emptyKeyErrs++
 			select {
 			case k.emptyKey <- struct{}{}:

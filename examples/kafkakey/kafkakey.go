@@ -3,7 +3,7 @@
 //
 // Watermill's Kafka marshaler sends the message UUID in the header _watermill_message_uuid.
 // A record without it arrives with an empty UUID, and the inbox's default key fails such a
-// message with inbox.ErrEmptyKey (a nack, never a silent skip). For a topic whose producers
+// message with inbox.ErrInvalidKey (a nack, never a silent skip). For a topic whose producers
 // send no UUID, opt in to OffsetKey:
 //
 //	inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", Key: kafkakey.OffsetKey}, logger)
@@ -34,7 +34,7 @@ var ErrNoOffset = errors.New("kafkakey: message context has no Kafka topic, part
 // and kafka.MessagePartitionOffsetFromCtx.
 //
 // A topic name longer than about 220 bytes makes the key longer than inbox.MaxKeyLength,
-// and the inbox rejects it with inbox.ErrKeyTooLong.
+// and the inbox rejects it with inbox.ErrInvalidKey.
 func OffsetKey(msg *message.Message) (string, error) {
 	ctx := msg.Context()
 	topic := message.SubscribeTopicFromCtx(ctx)

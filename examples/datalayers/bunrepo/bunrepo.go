@@ -66,10 +66,10 @@ func (h *Handler) Record(ctx context.Context, order billing.OrderPlaced) error {
 	return Record(ctx, tx, order)
 }
 
-// Queue queues order's invoice with inbox.Queue, for write-behind mode. bun formats the
+// Queue queues order's invoice with inbox.ExecAtCommit, for write-behind mode. bun formats the
 // arguments into the text itself (it sends no placeholders to the driver either), so the
 // queued statement is exactly what bun would have sent.
 func (h *Handler) Queue(ctx context.Context, order billing.OrderPlaced) error {
 	query := h.DB.NewInsert().Model(&Invoice{OrderID: order.OrderID, AmountCents: order.AmountCents})
-	return inbox.Queue(ctx, query.String())
+	return inbox.ExecAtCommit(ctx, query.String())
 }

@@ -44,7 +44,7 @@ type books struct {
 // the store and the application's client is opened through the kit, so that it sees what
 // ent sends on the inbox transaction through inboxent's driver.
 //
-// Claim-first mode only: write-behind mode queues SQL text with inbox.Queue, and ent renders
+// Claim-first mode only: write-behind mode queues SQL text with inbox.ExecAtCommit, and ent renders
 // none without running it (its builders execute through the driver).
 func TestHandler(t *testing.T) {
 	ctx := context.Background()

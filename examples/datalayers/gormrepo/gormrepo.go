@@ -56,7 +56,7 @@ func Create(db *gorm.DB, order billing.OrderPlaced) error {
 	return nil
 }
 
-// Queue queues order's invoice with inbox.Queue, for write-behind mode: GORM renders the
+// Queue queues order's invoice with inbox.ExecAtCommit, for write-behind mode: GORM renders the
 // INSERT in a dry run (no round trip), with its placeholders and arguments.
 func (h *Handler) Queue(ctx context.Context, order billing.OrderPlaced) error {
 	dry := h.DB.Session(&gorm.Session{DryRun: true, SkipDefaultTransaction: true, Context: ctx})
@@ -64,5 +64,5 @@ func (h *Handler) Queue(ctx context.Context, order billing.OrderPlaced) error {
 	if stmt.Error != nil {
 		return fmt.Errorf("gormrepo: render invoice for order %q: %w", order.OrderID, stmt.Error)
 	}
-	return inbox.Queue(ctx, stmt.SQL.String(), stmt.Vars...)
+	return inbox.ExecAtCommit(ctx, stmt.SQL.String(), stmt.Vars...)
 }

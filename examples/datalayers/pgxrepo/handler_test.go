@@ -27,7 +27,7 @@ type books struct{ Invoices []invoice }
 
 // TestHandler runs Handle through the kit (copies one after another and at once, a failure
 // at each of its statements, at COMMIT and after it returned), and the write-behind path
-// (RecordInvoiceSQL queued with inbox.Queue) the same way.
+// (RecordInvoiceSQL queued with inbox.ExecAtCommit) the same way.
 func TestHandler(t *testing.T) {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, layertest.PostgresURL(t))
@@ -66,7 +66,7 @@ func TestHandler(t *testing.T) {
 	t.Run("claim-first", func(t *testing.T) { handlertest.Run(t, c) })
 	c.Config.WriteBehind = true
 	c.Handler = layertest.QueueHandler(func(ctx context.Context, o billing.OrderPlaced) error {
-		return inbox.Queue(ctx, pgxrepo.RecordInvoiceSQL, o.OrderID, o.AmountCents)
+		return inbox.ExecAtCommit(ctx, pgxrepo.RecordInvoiceSQL, o.OrderID, o.AmountCents)
 	})
 	t.Run("write-behind", func(t *testing.T) { handlertest.Run(t, c) })
 }

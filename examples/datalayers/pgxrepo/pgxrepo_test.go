@@ -59,7 +59,7 @@ func TestPgxRepository(t *testing.T) {
 			return inTx(ctx).Rollback(ctx)
 		},
 		Queue: func(ctx context.Context, o billing.OrderPlaced) error {
-			return inbox.Queue(ctx, pgxrepo.RecordInvoiceSQL, o.OrderID, o.AmountCents)
+			return inbox.ExecAtCommit(ctx, pgxrepo.RecordInvoiceSQL, o.OrderID, o.AmountCents)
 		},
 	})
 }

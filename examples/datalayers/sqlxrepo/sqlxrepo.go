@@ -68,12 +68,12 @@ func (h *Handler) Record(ctx context.Context, order billing.OrderPlaced) error {
 	return Record(ctx, tx, order)
 }
 
-// Queue queues order's invoice with inbox.Queue, for write-behind mode: sqlx binds the named
+// Queue queues order's invoice with inbox.ExecAtCommit, for write-behind mode: sqlx binds the named
 // query without a round trip, then rebinds it for the driver.
 func (h *Handler) Queue(ctx context.Context, order billing.OrderPlaced) error {
 	query, args, err := sqlx.Named(recordSQL, Invoice{order.OrderID, order.AmountCents})
 	if err != nil {
 		return fmt.Errorf("sqlxrepo: bind invoice for order %q: %w", order.OrderID, err)
 	}
-	return inbox.Queue(ctx, h.DB.Rebind(query), args...)
+	return inbox.ExecAtCommit(ctx, h.DB.Rebind(query), args...)
 }

@@ -30,7 +30,7 @@ func KitHandler(handle func(*message.Message) error) message.HandlerFunc {
 }
 
 // QueueHandler is the handler of a data layer in write-behind mode: it decodes the order and
-// queues its invoice with queue, the example's inbox.Queue path.
+// queues its invoice with queue, the example's inbox.ExecAtCommit path.
 func QueueHandler(queue func(ctx context.Context, order billing.OrderPlaced) error) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		order, err := billing.DecodeOrder(msg)

@@ -46,7 +46,7 @@ type Layer struct {
 	// method. Nil: the data layer offers none; NoEndTx says why.
 	EndTx   func(ctx context.Context, commit bool) error
 	NoEndTx string
-	// Queue queues the invoice's insert with inbox.Queue, from SQL the data layer renders,
+	// Queue queues the invoice's insert with inbox.ExecAtCommit, from SQL the data layer renders,
 	// for write-behind mode. Nil: the data layer cannot; NoQueue says why.
 	Queue   func(ctx context.Context, order billing.OrderPlaced) error
 	NoQueue string

@@ -1,7 +1,7 @@
 package invoicedb
 
 // Written by hand, not by sqlc: sqlc keeps each query's text in an unexported constant, so
-// only a file of this package can queue it (inbox.Queue) for write-behind mode.
+// only a file of this package can queue it (inbox.ExecAtCommit) for write-behind mode.
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// QueueRecordInvoice queues RecordInvoice with inbox.Queue, to run when the inbox
+// QueueRecordInvoice queues RecordInvoice with inbox.ExecAtCommit, to run when the inbox
 // transaction of ctx commits; its RETURNING id is not read.
 func QueueRecordInvoice(ctx context.Context, arg RecordInvoiceParams) error {
-	return inbox.Queue(ctx, recordInvoice, arg.OrderID, arg.AmountCents)
+	return inbox.ExecAtCommit(ctx, recordInvoice, arg.OrderID, arg.AmountCents)
 }

@@ -4,14 +4,15 @@ import (
 	"sync"
 )
 
-// statementQueue holds the statements a handler deferred to the commit with inbox.Queue.
+// statementQueue holds the statements a handler deferred to the commit with
+// inbox.ExecAtCommit.
 type statementQueue struct {
 	mu         sync.Mutex
 	statements []statement
 }
 
-// Queue implements inbox.StatementQueuer.
-func (q *statementQueue) Queue(sql string, args ...any) {
+// ExecAtCommit implements inbox.Tx.
+func (q *statementQueue) ExecAtCommit(sql string, args ...any) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.statements = append(q.statements, statement{sql: sql, args: args, kind: kindQueued})

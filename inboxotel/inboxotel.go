@@ -1,0 +1,57 @@
+// Package inboxotel names the OpenTelemetry instruments and spans of the inbox middleware
+// and of retention, for dashboards, alerts and tests: their names are part of the module's
+// compatibility promise. The middleware records them on the providers of
+// inbox.Config.MeterProvider and inbox.Config.TracerProvider, retention on
+// sqlinbox.CleanupConfig.MeterProvider; docs/operating.md lists them with their attributes.
+package inboxotel
+
+// The OpenTelemetry instruments the middleware records, on the meter named ScopeName. Every
+// measurement carries the attributes "consumer" and "handler" (the router handler's name,
+// "" outside a router); inbox.messages.failed carries "stage" too.
+const (
+	// ScopeName is the instrumentation scope of the middleware's meter and tracer, and of
+	// retention's meter (sqlinbox).
+	ScopeName = "github.com/inboxkit/watermill-inbox"
+
+	// MetricProcessed counts messages whose handler ran and whose transaction committed.
+	MetricProcessed = "inbox.messages.processed"
+	// MetricDuplicates counts messages skipped because their key was already committed.
+	MetricDuplicates = "inbox.messages.duplicates"
+	// MetricRolledBack counts handler runs that failed or panicked and were rolled back.
+	MetricRolledBack = "inbox.messages.rolled_back"
+	// MetricFingerprintMismatches counts duplicates whose payload fingerprint differed.
+	MetricFingerprintMismatches = "inbox.fingerprint.mismatches"
+	// MetricSkipped counts messages acked without a claim because Config.Skip returned
+	// true; its "consumer" attribute is "".
+	MetricSkipped = "inbox.messages.skipped"
+	// MetricFailed counts messages nacked by the inbox itself; "stage" says where: "key"
+	// (no key or consumer), "claim" (begin or claim failed), "commit" or "publish" (publishing
+	// what a handler published through a Publisher).
+	MetricFailed = "inbox.messages.failed"
+	// MetricClaimDuration is the time from BEGIN to the claim's answer, in seconds.
+	MetricClaimDuration = "inbox.claim.duration"
+	// MetricTransactionDuration is the time from BEGIN to the end of COMMIT, in seconds.
+	MetricTransactionDuration = "inbox.transaction.duration"
+	// MetricRowsCleaned counts inbox rows deleted by retention (sqlinbox's Cleanup), with the
+	// attribute "table" instead of consumer and handler.
+	MetricRowsCleaned = "inbox.cleanup.rows_deleted"
+)
+
+// The OpenTelemetry spans the middleware starts, from the tracer named ScopeName.
+// SpanMessage is a child of the span in the message's context (if any) and the parent of the
+// others; it carries the attributes "consumer", "handler", "messaging.message.id",
+// "inbox.key" and "inbox.outcome" ("processed", "duplicate", "rolled_back" or "failed").
+// A span whose step failed has status Error and the error recorded as an event.
+const (
+	// SpanMessage covers the whole message in the middleware.
+	SpanMessage = "inbox.message"
+	// SpanClaim covers BEGIN and the claim (claim-first mode).
+	SpanClaim = "inbox.claim"
+	// SpanHandler covers the handler; the handler's own spans are its children.
+	SpanHandler = "inbox.handler"
+	// SpanCommit covers the queued writes, the record of produced messages and COMMIT; in
+	// write-behind mode the claim too.
+	SpanCommit = "inbox.commit"
+	// SpanPublish covers publishing what the handler published through a Publisher.
+	SpanPublish = "inbox.publish"
+)
