@@ -56,6 +56,9 @@ var documentedCommands = []struct {
 	{pattern: `^while docker-compose ps \| grep -q 'health: starting'; do sleep 2; done$`, ci: composeCheck},
 	{pattern: `^docker(-| )compose config$`, ci: composeCheck},
 	{pattern: `^\.ci/run$`, ci: `#!/usr/bin/env bash`},
+	// The API files: CI checks them; the program's test runs -update on a copy.
+	{pattern: `^\(cd \.ci/apicheck && GOWORK=off go run \.\)$`, ci: `(cd .ci/apicheck && GOWORK=off go run .)`},
+	{pattern: `^\(cd \.ci/apicheck && GOWORK=off go run \. -update\)$`, test: "TestAChangeWithoutItsAPIFileFails"},
 }
 
 // inlineCommand is a command in a code span: `go run ./examples/amqp`.

@@ -3,13 +3,10 @@ package inbox_test
 import (
 	"flag"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"testing"
-	"time"
 
-	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/internal/pgtest"
 )
 
 // TestMain skips Example, which runs against PostgreSQL, when PostgreSQL does not answer:
@@ -17,12 +14,12 @@ import (
 // every test needing a service does.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if err := examplePostgresAnswers(); err != nil {
-		if testenv.RequireServices() {
-			fmt.Fprintf(os.Stderr, "Example needs PostgreSQL (INBOX_TEST_REQUIRE_SERVICES=1): %v; set %s\n", err, testenv.PostgresURLVar)
+	if err := pgtest.Answers(); err != nil {
+		if pgtest.RequireServices() {
+			fmt.Fprintf(os.Stderr, "Example needs PostgreSQL (INBOX_TEST_REQUIRE_SERVICES=1): %v; set %s\n", err, pgtest.URLVar)
 			os.Exit(1)
 		}
-		fmt.Fprintf(os.Stderr, "skipping Example: PostgreSQL does not answer (%v); set %s\n", err, testenv.PostgresURLVar)
+		fmt.Fprintf(os.Stderr, "skipping Example: PostgreSQL does not answer (%v); set %s\n", err, pgtest.URLVar)
 		skip := "^Example$"
 		if current := flag.Lookup("test.skip").Value.String(); current != "" {
 			skip = current + "|" + skip
@@ -36,28 +33,7 @@ func TestMain(m *testing.M) {
 
 // examplePostgresURL is where Example finds PostgreSQL: INBOX_TEST_POSTGRES_URL, else the
 // local default.
-func examplePostgresURL() string {
-	if u := os.Getenv(testenv.PostgresURLVar); u != "" {
-		return u
-	}
-	return testenv.DefaultPostgresURL
-}
-
-func examplePostgresAnswers() error {
-	u, err := url.Parse(examplePostgresURL())
-	if err != nil {
-		return err
-	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "5432")
-	}
-	conn, err := net.DialTimeout("tcp", host, 2*time.Second)
-	if err != nil {
-		return err
-	}
-	return conn.Close()
-}
+func examplePostgresURL() string { return pgtest.URL() }
 
 // exampleName is a table name no other run uses.
-func exampleName(prefix string) string { return testenv.Name("example_" + prefix) }
+func exampleName(prefix string) string { return pgtest.Name("example_" + prefix) }

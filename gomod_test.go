@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -38,11 +39,12 @@ func TestContribModulesDeclareTheGoTheirDependenciesNeed(t *testing.T) {
 			if declared == nil || workGo == nil {
 				t.Fatalf("no go line in %s or go.work", mod)
 			}
-			// A workspace of the module and the library alone: its build list is what the
-			// module builds with when a team requires it.
+			// A workspace of the module, the library and the test environment its tests
+			// use: its build list is what the module builds with when a team requires it.
 			work := filepath.Join(t.TempDir(), "go.work")
-			text := fmt.Sprintf("go %s\n\nuse (\n\t%s\n\t%s\n)\n\nreplace %s v0.0.0-00010101000000-000000000000 => %s\n",
-				workGo[1], root, filepath.Join(root, dir), libraryModule, root)
+			testenvDir := filepath.Join(root, "internal", "testenv")
+			text := fmt.Sprintf("go %s\n\nuse (\n\t%s\n\t%s\n\t%s\n)\n\nreplace %s v0.0.0-00010101000000-000000000000 => %s\n\nreplace %s v0.0.0-00010101000000-000000000000 => %s\n",
+				workGo[1], root, filepath.Join(root, dir), testenvDir, libraryModule, root, testenvModule, testenvDir)
 			if err := os.WriteFile(work, []byte(text), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -72,5 +74,52 @@ func TestContribModulesDeclareTheGoTheirDependenciesNeed(t *testing.T) {
 				t.Errorf("README.md's Install section does not list %s with Go %s", path, goVersion)
 			}
 		})
+	}
+}
+
+// testenvModule is the test environment of the repository's modules (services, PgBouncer,
+// PostgreSQL standbys, Galera), a module of its own so that the library's does not ship it.
+const testenvModule = libraryModule + "/internal/testenv"
+
+// The library's packages and tests import nothing of the repository's other modules: each
+// would be a requirement of the library's go.mod, in every user's module graph (a test
+// environment, or a module that requires the library back). And no module imports another's
+// internal packages, except the test environment, which is a module for that: a test that
+// leans on the library's internals breaks when the library changes them in a release.
+func TestModulesImportNoOtherModulesInternals(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f",
+		"{{.ImportPath}}\t{{with .Module}}{{.Path}}{{end}}\t{{join .Imports \" \"}} {{join .TestImports \" \"}} {{join .XTestImports \" \"}}", "work")
+	cmd.Env = append(os.Environ(), "GOFLAGS=")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list work: %v", err)
+	}
+	moduleOf := map[string]string{}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.SplitN(line, "\t", 3)
+		if len(fields) != 3 {
+			t.Fatalf("go list printed %q", line)
+		}
+		moduleOf[fields[0]] = fields[1]
+		imports[fields[0]] = strings.Fields(fields[2])
+	}
+	if moduleOf[testenvModule] != testenvModule {
+		t.Fatalf("%s is not a module of the workspace (go list work: %d packages)", testenvModule, len(moduleOf))
+	}
+	for pkg, mod := range moduleOf {
+		for _, imported := range imports[pkg] {
+			other, ours := moduleOf[imported]
+			if !ours || other == mod {
+				continue
+			}
+			internal := slices.Contains(strings.Split(imported, "/"), "internal")
+			switch {
+			case mod == libraryModule:
+				t.Errorf("%s (the library) imports %s of module %s, which the library's users would then require", pkg, imported, other)
+			case internal && other != testenvModule:
+				t.Errorf("%s (module %s) imports %s, internal to module %s", pkg, mod, imported, other)
+			}
+		}
 	}
 }

@@ -39,124 +39,6 @@ var cases = []struct {
 	{"a table that cannot guard is refused", testUnguardedTable},
 }
 
-// recorder counts, per key, how often the handler ran and how often it failed.
-type recorder struct {
-	mu     sync.Mutex
-	runs   map[string]int
-	failed map[string]int
-}
-
-func newRecorder() *recorder {
-	return &recorder{runs: map[string]int{}, failed: map[string]int{}}
-}
-
-func (r *recorder) ran(key string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.runs[key]++
-	if err != nil {
-		r.failed[key]++
-	}
-}
-
-func (r *recorder) counts(key string) (runs, failed int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.runs[key], r.failed[key]
-}
-
-// handler returns the inbox-wrapped handler for consumer that writes one business row per
-// message: through the transaction, or queued with inbox.ExecAtCommit in write-behind mode. after,
-// if set, runs once the row is written.
-func (s *suite) handler(t *testing.T, consumer string, rec *recorder, logger watermill.LoggerAdapter,
-	after func(msg *message.Message) error,
-) message.HandlerFunc {
-	t.Helper()
-	config := s.options.Config
-	config.Consumer = consumer
-	config.Key = nil
-	mw, err := inbox.NewMiddleware(s.Store, config, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	insert := "INSERT INTO " + s.Business + " (consumer, msg_key) VALUES (?, ?)"
-	return mw(func(msg *message.Message) ([]*message.Message, error) {
-		ctx := msg.Context()
-		var err error
-		r, inTx := s.InTx(ctx)
-		switch {
-		case !inTx && !s.writeBehind():
-			return nil, errors.New("no inbox transaction in the handler's context")
-		case s.queues():
-			err = inbox.ExecAtCommit(ctx, s.placeholders(insert), consumer, msg.UUID)
-		default:
-			err = r.Exec(ctx, insert, consumer, msg.UUID)
-		}
-		if err == nil && after != nil {
-			err = after(msg)
-		}
-		if rec != nil {
-			rec.ran(msg.UUID, err)
-		}
-		return nil, err
-	})
-}
-
-// Deliver hands h a message with UUID key, no payload and context ctx, as a router would,
-// and returns the handler's error: nil is an ack, an error a nack.
-func Deliver(ctx context.Context, h message.HandlerFunc, key string) error {
-	msg := message.NewMessage(key, nil)
-	msg.SetContext(ctx)
-	_, err := h(msg)
-	return err
-}
-
-// DeliverUntilAcked delivers key again after each error, as a broker redelivers a nacked
-// message, with a growing pause, for up to a minute; it returns the errors seen before the
-// ack, and fails t if none came.
-func DeliverUntilAcked(t *testing.T, h message.HandlerFunc, key string) []error {
-	t.Helper()
-	var nacks []error
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := Deliver(context.Background(), h, key)
-		if err == nil {
-			return nacks
-		}
-		nacks = append(nacks, err)
-		if time.Now().After(deadline) {
-			t.Errorf("message %q still nacked after %d deliveries: %v", key, len(nacks), err)
-			return nacks
-		}
-		time.Sleep(time.Duration(len(nacks)) * 5 * time.Millisecond) // the broker's redelivery backoff
-	}
-}
-
-func (s *suite) rows(t *testing.T, table, where string, args ...any) int {
-	t.Helper()
-	n, err := s.Direct.Count(context.Background(), "SELECT COUNT(*) FROM "+table+" "+where, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func (s *suite) invoices(t *testing.T, consumer, key string) int {
-	return s.rows(t, s.Business, "WHERE consumer = ? AND msg_key = ?", consumer, key)
-}
-
-func (s *suite) claims(t *testing.T, consumer, key string) int {
-	return s.rows(t, s.Table, "WHERE consumer = ? AND message_id = ?", consumer, key)
-}
-
-// WantRows fails t unless got, a row count of what, is want.
-func WantRows(t *testing.T, what string, got, want int) {
-	t.Helper()
-	if got != want {
-		t.Errorf("%s: %d rows, want %d", what, got, want)
-	}
-}
-
 func testFirstDelivery(t *testing.T, s *suite) {
 	key := watermill.NewUUID()
 	var inside, outside int
@@ -369,7 +251,7 @@ func (s *suite) commitFaults(t *testing.T) map[string]func(ctx context.Context) 
 		return faults
 	}
 	if len(s.DeferredCommitFaults) == 0 && s.writeBehind() {
-		t.Skip("the harness defines no QueuedCommitFaults, which write-behind mode needs")
+		t.Skip("the harness defines no DeferredCommitFaults, which write-behind mode needs")
 	}
 	for name, q := range s.DeferredCommitFaults {
 		if !s.writeBehind() {

@@ -16,8 +16,6 @@ package inboxtest
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -122,40 +120,4 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness, options Options) 
 			t.Errorf("inboxtest: no case named %q", name)
 		}
 	}
-}
-
-// suite is one case's harness and options.
-type suite struct {
-	*Harness
-	options Options
-}
-
-func (s *suite) writeBehind() bool { return s.options.Config.WriteBehind }
-
-// queues reports whether the handlers write with inbox.ExecAtCommit.
-func (s *suite) queues() bool { return s.writeBehind() || s.options.ExecAtCommit }
-
-func (s *suite) placeholders(query string) string {
-	if s.Placeholders == nil {
-		return query
-	}
-	return s.Placeholders(query)
-}
-
-func (s *suite) retriable(err error) bool { return s.Retriable != nil && s.Retriable(err) }
-
-// DollarPlaceholders turns the ? placeholders of query into PostgreSQL's $1, $2, ...; the
-// suite's own SQL has no ? anywhere else.
-func DollarPlaceholders(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, c := range query {
-		if c == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
-	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/internal/pgtest"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
@@ -44,12 +44,12 @@ func BenchmarkPgxDuplicate(b *testing.B) {
 
 func benchHandler(b *testing.B) (message.HandlerFunc, *int) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.PostgresURL(b))
+	pool, err := pgxpool.New(ctx, pgtest.Need(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	business, table := testenv.Name("bench_business"), testenv.Name("bench_inbox")
+	business, table := pgtest.Name("bench_business"), pgtest.Name("bench_inbox")
 	b.Cleanup(func() {
 		_, _ = pool.Exec(context.Background(), fmt.Sprintf("DROP TABLE IF EXISTS %s, %s", business, table))
 	})

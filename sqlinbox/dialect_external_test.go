@@ -17,7 +17,7 @@ import (
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/inboxtest"
-	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/internal/pgtest"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
@@ -147,14 +147,14 @@ func TestDialectDefinedOutsideThePackage(t *testing.T) {
 // while it ends the open ones.
 func aliasHarness(t *testing.T) *inboxtest.Harness {
 	ctx := context.Background()
-	config, err := pgx.ParseConfig(testenv.PostgresURL(t))
+	config, err := pgx.ParseConfig(pgtest.Need(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	direct := stdlib.OpenDB(*config)
 	t.Cleanup(func() { direct.Close() })
 
-	app := testenv.Name("alias")
+	app := pgtest.Name("alias")
 	var down atomic.Bool
 	config = config.Copy()
 	config.RuntimeParams["application_name"] = app
@@ -169,7 +169,7 @@ func aliasHarness(t *testing.T) *inboxtest.Harness {
 	db.SetMaxOpenConns(16)
 	t.Cleanup(func() { db.Close() })
 
-	table, business, faults := testenv.Name("inbox"), testenv.Name("invoices"), testenv.Name("faults")
+	table, business, faults := pgtest.Name("inbox"), pgtest.Name("invoices"), pgtest.Name("faults")
 	t.Cleanup(func() {
 		for _, name := range []string{table, business, faults} {
 			_, _ = direct.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+name)

@@ -1,11 +1,13 @@
 // Command releasecheck rehearses a release without publishing anything. It builds a file://
-// module proxy that serves the library, the command-line tool and the contrib modules at a
-// version, made from the repository's tracked files exactly as a module proxy would serve the
+// module proxy that serves the library, the test environment, the command-line tool and the
+// contrib modules at a version, made from the repository's tracked files exactly as a module proxy would serve the
 // tagged commits, then does what a user does, in a fresh module outside the repository with
 // the workspace off: `go get` the library and build and run a program that uses it,
 // `go install` the CLI at that version and run it, and `go get` every contrib module and
 // build and run a program that calls each. It fails if any committed go.mod has a replace directive (go
-// install refuses such a module) or if the workspace needs a module no proxy serves.
+// install refuses such a module), if the workspace needs a module no proxy serves, or if a
+// user's module graph holds the test environment: the library must not require it, and a
+// contrib user's build must not download it.
 //
 // From the repository root (CI runs it from .ci/run):
 //
@@ -42,11 +44,14 @@ import (
 	modzip "golang.org/x/mod/zip"
 )
 
-// The modules a release publishes, by directory: the library, the command-line tool, and
-// every module under contribDir (the data layer helpers). The other modules of the
-// workspace (examples, integration, bench) are not published.
+// The modules a release publishes, by directory: the library, the test environment (which
+// the tests of the CLI and of the contrib modules import, so their go.mod files require it;
+// its path is internal, so nothing outside the repository can import it), the command-line
+// tool, and every module under contribDir (the data layer helpers). The other modules of
+// the workspace (examples, integration, bench) are not published.
 const (
 	libraryDir = "."
+	testenvDir = "internal/testenv"
 	cliDir     = "cmd/watermill-inbox"
 	contribDir = "contrib"
 )
@@ -87,10 +92,9 @@ func run(repo, version string, keep bool) (err error) {
 	if err != nil {
 		return err
 	}
-	library := mods[libraryDir]
-	cli := mods[cliDir]
-	if library == "" || cli == "" {
-		return fmt.Errorf("want modules in %q and %q, found %v", libraryDir, cliDir, mods)
+	library, testenv, cli := mods[libraryDir], mods[testenvDir], mods[cliDir]
+	if library == "" || testenv == "" || cli == "" {
+		return fmt.Errorf("want modules in %q, %q and %q, found %v", libraryDir, testenvDir, cliDir, mods)
 	}
 
 	tmp, err := os.MkdirTemp("", "releasecheck-")
@@ -126,17 +130,20 @@ func run(repo, version string, keep bool) (err error) {
 		return err
 	}
 
-	// 2. The CLI and the contrib modules, after the release step that makes each require the
-	// library at this version: on a copy of its files, `go mod edit -require=library@version`
-	// and `go mod tidy`, which must fetch the library from the proxy above.
+	// 2. The test environment, then the CLI and the contrib modules, after the release step
+	// that makes each require the repository's modules it requires at this version: on a copy
+	// of its files, `go mod edit -require=module@version` and `go mod tidy`, which must fetch
+	// them from the proxy above.
 	contribs := contribModules(mods)
 	if len(contribs) == 0 {
 		return fmt.Errorf("no module under %s/", contribDir)
 	}
-	for _, dir := range append([]string{cliDir}, slices.Sorted(maps.Keys(contribs))...) {
-		if err := release(repo, tmp, proxyDir, env, files, dir, mods[dir], library, version, commitTime); err != nil {
+	published := map[string]bool{library: true}
+	for _, dir := range append([]string{testenvDir, cliDir}, slices.Sorted(maps.Keys(contribs))...) {
+		if err := release(repo, tmp, proxyDir, env, files, dir, mods[dir], library, published, version, commitTime); err != nil {
 			return err
 		}
+		published[mods[dir]] = true
 	}
 
 	// 3. A user's program: a fresh module that fetches the library and builds against it.
@@ -170,6 +177,16 @@ func run(repo, version string, keep bool) (err error) {
 	if err := wantRequire(filepath.Join(user, "go.mod"), library, version); err != nil {
 		return err
 	}
+	// The library requires none of the repository's other modules: its users' module graph
+	// holds no test environment.
+	graph, err := runGo(user, env, "list", "-m", "all")
+	if err != nil {
+		return err
+	}
+	if ours := repositoryModules(graph, library); len(ours) > 0 {
+		return fmt.Errorf("the library's users have %v in their module graph", ours)
+	}
+	fmt.Printf("the user's module graph: %d modules, none of the repository's but the library\n", strings.Count(graph, "\n"))
 
 	// 4. The CLI, installed by module path and version, then run.
 	gobin := filepath.Join(tmp, "bin")
@@ -200,7 +217,7 @@ func run(repo, version string, keep bool) (err error) {
 		return fmt.Errorf("stats on a new table printed %q, want 0 claims", out)
 	}
 	// 5. A user's program that fetches every contrib module at this version and builds.
-	if err := buildContribUser(tmp, env, contribs, version); err != nil {
+	if err := buildContribUser(tmp, env, library, contribs, version); err != nil {
 		return err
 	}
 	fmt.Printf("done in %s\n", time.Since(start).Round(100*time.Millisecond))
@@ -208,13 +225,33 @@ func run(repo, version string, keep bool) (err error) {
 }
 
 // release serves the module in dir at version, as its tag would serve it once its go.mod
-// requires the library at that version.
-func release(repo, tmp, proxyDir string, env, files []string, dir, modPath, library, version string, commitTime time.Time) error {
+// requires the repository's modules (the library's path and those under it) that it requires,
+// at placeholders in the working tree, at that version. Each must be published, and served
+// before it.
+func release(repo, tmp, proxyDir string, env, files []string, dir, modPath, library string, published map[string]bool, version string, commitTime time.Time) error {
 	work := filepath.Join(tmp, "release", filepath.FromSlash(dir))
 	if err := copyFiles(repo, filesUnder(repo, files, dir, nil), dir, work); err != nil {
 		return err
 	}
-	if _, err := runGo(work, env, "mod", "edit", "-require="+library+"@"+version); err != nil {
+	data, err := os.ReadFile(filepath.Join(work, "go.mod"))
+	if err != nil {
+		return err
+	}
+	mf, err := modfile.Parse(dir+"/go.mod", data, nil)
+	if err != nil {
+		return err
+	}
+	edit := []string{"mod", "edit"}
+	for _, r := range mf.Require {
+		if r.Mod.Path != library && !strings.HasPrefix(r.Mod.Path, library+"/") {
+			continue
+		}
+		if !published[r.Mod.Path] {
+			return fmt.Errorf("%s/go.mod requires %s, which is not published (or not before it)", dir, r.Mod.Path)
+		}
+		edit = append(edit, "-require="+r.Mod.Path+"@"+version)
+	}
+	if _, err := runGo(work, env, edit...); err != nil {
 		return err
 	}
 	if _, err := runGo(work, env, "mod", "tidy"); err != nil {
@@ -232,6 +269,18 @@ func release(repo, tmp, proxyDir string, env, files []string, dir, modPath, libr
 	return serve(proxyDir, module.Version{Path: modPath, Version: version}, commitTime, released)
 }
 
+// repositoryModules returns the modules of `go list -m all` output under the library's path,
+// other than the library and the main module.
+func repositoryModules(graph, library string) []string {
+	var ours []string
+	for i, line := range strings.Split(strings.TrimSpace(graph), "\n") {
+		if path, _, _ := strings.Cut(line, " "); i > 0 && strings.HasPrefix(path, library+"/") {
+			ours = append(ours, line)
+		}
+	}
+	return ours
+}
+
 // contribModules returns the module paths under contribDir, by directory.
 func contribModules(mods map[string]string) map[string]string {
 	contribs := map[string]string{}
@@ -246,7 +295,7 @@ func contribModules(mods map[string]string) map[string]string {
 // buildContribUser makes a fresh module that gets every contrib module at version and runs
 // a program calling each one's function outside any message: each must report no inbox
 // transaction (ok == false) rather than panic.
-func buildContribUser(tmp string, env []string, contribs map[string]string, version string) error {
+func buildContribUser(tmp string, env []string, library string, contribs map[string]string, version string) error {
 	user := filepath.Join(tmp, "contribuser")
 	if err := os.MkdirAll(user, 0o755); err != nil {
 		return err
@@ -292,6 +341,13 @@ func buildContribUser(tmp string, env []string, contribs map[string]string, vers
 			return err
 		}
 	}
+	// The contrib modules' tests import the test environment, so it is in a contrib user's
+	// module graph (and go mod tidy downloads it), though no build of theirs uses it.
+	graph, err := runGo(user, env, "list", "-m", "all")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("the contrib user's module graph: the repository's %s\n", strings.Join(repositoryModules(graph, library), ", "))
 	return nil
 }
 

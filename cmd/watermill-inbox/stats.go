@@ -76,7 +76,7 @@ func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "table\t%s (%s)\n", t.table, dialect)
+	fmt.Fprintf(w, "table\t%s (%s)\n", t.table, dialect.Name())
 	fmt.Fprintf(w, "guards\t%s\n", guard)
 	fmt.Fprintf(w, "size\t%s (%d bytes%s)\n", humanBytes(size), size, sizeNote)
 	fmt.Fprintf(w, "claims\t%d\n", total)

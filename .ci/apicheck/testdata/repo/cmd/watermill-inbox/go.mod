@@ -1,0 +1,3 @@
+module example.com/lib/cmd/watermill-inbox
+
+go 1.26.0
