@@ -218,12 +218,24 @@ func (s cleanupStatements) sessionLock(session cleanupSession) *cleanupLock {
 // txLockIn is the dialect's transaction lock, taken in tx, a transaction that only holds it;
 // end ends that transaction.
 func (s cleanupStatements) txLockIn(tx cleanupSession, end func(ctx context.Context) error) *cleanupLock {
+	// The lock's statements are not cut short by ctx: a driver interrupts a statement by
+	// closing its connection, and the server would drop the lock only once it noticed, after
+	// the pass returned. A cancelled pass sends no more of them, stops at its next batch and
+	// rolls back instead.
+	query := func(ctx context.Context) (bool, error) {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return queryOne(ctx, tx, s.txLock, s.lockKey)
+	}
 	return &cleanupLock{
-		take: func(ctx context.Context) (bool, error) { return queryOne(ctx, tx, s.txLock, s.lockKey) },
+		take: query,
 		// Taking the lock again in the transaction that holds it succeeds: the transaction is
 		// alive and still holds the lock.
 		check: func(ctx context.Context) error {
-			held, err := queryOne(ctx, tx, s.txLock, s.lockKey)
+			held, err := query(ctx)
 			if err == nil && !held {
 				err = errors.New("the lock's transaction no longer holds it")
 			}
