@@ -24,8 +24,11 @@ const library = "github.com/inboxkit/watermill-inbox"
 // build.
 //
 // The go.mod requires the library, replaced by this repository, and every other module at
-// the version the examples module requires, so that nothing is looked up on the network and
-// the copies build what the tests test; go mod tidy then drops what the program does not use.
+// the version the examples module requires, so that the copies build what the tests test; go
+// mod tidy then drops what the program does not use. A module the cache lacks is downloaded
+// through the configured module proxy (go env GOPROXY), as a reader's go mod tidy does: the
+// versions a copy selects are not all the ones a workspace build downloads (the workspace
+// selects the highest version any of its modules requires).
 func TestProgramsBuildWhenCopiedOut(t *testing.T) {
 	programs := examplePrograms(t)
 	if len(programs) < 10 {
@@ -130,13 +133,13 @@ func copyGoMod(t *testing.T) []byte {
 	return []byte(b.String())
 }
 
-// goCommand runs go in dir, outside any workspace and without the network, and fails the
-// test with its output if it fails.
+// goCommand runs go in dir, outside any workspace, with the environment's module cache and
+// proxy, and fails the test with its output if it fails.
 func goCommand(t *testing.T, dir string, args ...string) {
 	t.Helper()
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s in a copy: %v\n%s", strings.Join(args, " "), err, out)
 	}
