@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,9 +27,12 @@ import (
 // is a send racing the close, which -race reports (and which could panic). So no
 // subscriber closes while JetStream may still deliver: the subscribers are not restarted
 // mid-run (the ack timeout is the redelivery a dead consumer gets anyway), and the router
-// closes only once the durable consumer has nothing pending and nothing awaiting an ack.
-// Without that wait, extra copies of committed orders, and redeliveries of deliveries that
-// outlived the 2 s ack wait on a loaded machine, could arrive during the close.
+// closes only once the durable consumer has nothing pending and nothing awaiting an ack,
+// and every delivery JetStream made has come out of a subscriber. Without that wait, extra
+// copies of committed orders, and redeliveries of deliveries that outlived the 2 s ack wait
+// on a loaded machine, could arrive during the close. The last count is for a redelivery
+// sent just before the delivery it repeats was acked: JetStream then counts nothing
+// pending, yet the redelivery is still on its way to a subscriber.
 func TestNATSJetStream(t *testing.T) {
 	natsURL := testenv.NATSURL(t)
 	pool := e2e.Pool(t)
@@ -53,6 +57,8 @@ func TestNATSJetStream(t *testing.T) {
 		}
 	})
 
+	// received counts the deliveries that came out of the subscribers (countingSubscriber).
+	var received atomic.Uint64
 	publisher, err := wmjetstream.NewPublisher(wmjetstream.PublisherConfig{URL: natsURL, Logger: watermill.NopLogger{}})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +73,7 @@ func TestNATSJetStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return sub
+			return countingSubscriber{sub, &received}
 		},
 		Workers:   3,
 		Crashes:   2,
@@ -81,9 +87,36 @@ func TestNATSJetStream(t *testing.T) {
 			if err != nil {
 				t.Fatalf("durable consumer info: %v", err)
 			}
-			return info.NumPending == 0 && info.NumAckPending == 0
+			return info.NumPending == 0 && info.NumAckPending == 0 && received.Load() == info.Delivered.Consumer
 		},
 	})
+}
+
+// countingSubscriber counts, in received, the messages its subscriber hands out: one per
+// delivery JetStream made to it, redeliveries included.
+type countingSubscriber struct {
+	message.Subscriber
+	received *atomic.Uint64
+}
+
+func (s countingSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	in, err := s.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	go func() {
+		defer close(out)
+		for msg := range in {
+			s.received.Add(1)
+			select {
+			case out <- msg:
+			case <-ctx.Done():
+				return // the router stopped; JetStream redelivers what was not acked
+			}
+		}
+	}()
+	return out, nil
 }
 
 // TestNATSProgram runs the program as .ci/run does, with few orders: its own handler, behind the
