@@ -39,7 +39,7 @@ type books struct {
 // the outbox's), at COMMIT and after it returned. Every time, the invoice and its event
 // commit together or not at all. The handler publishes only to the outbox, through
 // watermill-sql on the inbox transaction: the kit sees those rows in the snapshot, not as
-// published messages (Case.Recorder is for inbox.NewPublisher).
+// published messages (Options.Recorder is for inbox.NewPublisher).
 func TestHandler(t *testing.T) {
 	ctx := context.Background()
 	pool := e2e.Pool(t)
