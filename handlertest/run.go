@@ -11,9 +11,9 @@ import (
 // inbox transaction, a Snapshot that fails) stops the run, and so does a delivery that
 // hangs or the end of ctx. opts may be nil.
 //
-// Each problem is reported with t.Errorf and returned in the Result; Run logs with t.Logf
-// and never calls t.Fatal or t.FailNow, so it always returns, and a testing.TB that embeds
-// another and overrides Errorf can keep the reports instead.
+// Each problem is reported with t.Errorf and returned in the Result. Of t, Run calls only
+// Helper, Errorf and Logf, never Fatal or FailNow: it always returns, and a testing.TB that
+// embeds the test's and overrides Errorf keeps the reports instead of failing the test.
 func Run(ctx context.Context, t testing.TB, c Case, opts *Options) Result {
 	t.Helper()
 	s, ok := start(ctx, t, c, opts)
