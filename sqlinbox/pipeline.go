@@ -13,22 +13,21 @@ import (
 // PipelineConfig configures how a store made by NewPgxPipeline pipelines the write-behind
 // requests of messages in flight at the same time. The zero value is ready to use.
 type PipelineConfig struct {
-	// Connections is the most connections that send pipelines at once. A delivery that
-	// finds one of them free goes at once, alone or with the deliveries waiting; one that
-	// finds them all busy waits and goes with the next pipeline. Fewer connections make
-	// fuller pipelines; each one is a server process busy for a round trip and the time
-	// its messages take. It must not exceed the pool's MaxConns, which the claim-first mode
-	// and retention share. Default: 4, or the pool's MaxConns if it is smaller.
+	// Connections is the most connections that send pipelines at once, each acquired from
+	// the pool for one pipeline. A delivery that finds fewer busy goes at once, with the
+	// deliveries waiting at that moment; one that finds them all busy waits and goes with
+	// the next pipeline. It must not exceed the pool's MaxConns. Fewer make fuller
+	// pipelines sooner, but each connection's messages commit one after the other, each
+	// waiting for its own WAL flush, so fewer than the database can run at once lower the
+	// throughput. Default: the pool's MaxConns: while a connection is free a delivery
+	// costs what it costs on NewPgx, and deliveries coalesce once every one is busy.
 	Connections int
 
 	// Messages is the most messages one pipeline carries. Default: 16.
 	Messages int
 }
 
-const (
-	defaultPipelineConnections = 4
-	defaultPipelineMessages    = 16
-)
+const defaultPipelineMessages = 16
 
 // NewPgxPipeline returns a store like NewPgx's whose write-behind mode
 // (inbox.Config.WriteBehind) sends the requests of messages in flight at the same time
@@ -89,7 +88,7 @@ func NewPgxPipeline(pool *pgxpool.Pool, config Config, pipeline PipelineConfig) 
 			pipeline.Connections, maxConns)
 	}
 	if pipeline.Connections == 0 {
-		pipeline.Connections = min(defaultPipelineConnections, maxConns)
+		pipeline.Connections = maxConns
 	}
 	if pipeline.Messages == 0 {
 		pipeline.Messages = defaultPipelineMessages
