@@ -45,6 +45,7 @@ type options struct {
 	workers         []int
 	delays          []time.Duration
 	poolerDelays    []time.Duration
+	pipelineDelays  []time.Duration
 	scenarios       []string
 	cleanChunk      int64
 	postgres, mysql string
@@ -57,7 +58,7 @@ type options struct {
 var runners = []struct {
 	name string
 	run  func(context.Context, *env, *report) error
-}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}, {"pooler", runPooler}}
+}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}, {"pooler", runPooler}, {"pipeline", runPipeline}}
 
 func main() {
 	log.SetFlags(log.Ltime)
@@ -92,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	workers := fs.String("workers", "8,32", "concurrent workers, comma-separated")
 	delays := fs.String("delays", "0,250us,1ms", "cost scenario: delay added to each direction between the benchmark and PostgreSQL, comma-separated; 0 is a straight connection")
 	poolerDelays := fs.String("pooler-delays", "250us", "pooler scenario: delay added to each direction between the benchmark and PgBouncer, comma-separated")
+	pipelineDelays := fs.String("pipeline-delays", "250us,1ms", "pipeline scenario: delay added to each direction between the benchmark and PostgreSQL, comma-separated")
 	names := make([]string, len(runners))
 	for i, r := range runners {
 		names[i] = r.name
@@ -128,6 +130,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	if o.poolerDelays, err = list("-pooler-delays", *poolerDelays, time.ParseDuration, func(d time.Duration) bool { return d >= 0 }); err != nil {
+		return o, err
+	}
+	if o.pipelineDelays, err = list("-pipeline-delays", *pipelineDelays, time.ParseDuration, func(d time.Duration) bool { return d >= 0 }); err != nil {
 		return o, err
 	}
 	o.scenarios = strings.Split(*scenarios, ",")

@@ -129,6 +129,15 @@ var scenarios = []struct{ name, title, description string }{
 		"The cost scenario's variants through PgBouncer 1.18 in `pool_mode = transaction` with 4 server connections, the delay proxy between the benchmark and PgBouncer " +
 			"(0.25 ms each way), for the two pgx modes that work there: `QueryExecModeExec` and `QueryExecModeSimpleProtocol` (docs/pooler.md). " +
 			"*business alone* goes through the same pooler. PgBouncer runs on this machine, so its CPU is in neither CPU column."},
+	{"pipeline", "6. Pipelined: the write-behind requests of concurrent messages on few connections",
+		"Write-behind mode (the handler queues its INSERT with `inbox.ExecAtCommit`) on two stores, interleaved: `sqlinbox.NewPgx`, which sends each message's BEGIN, claim, INSERT and COMMIT " +
+			"in one batch on a connection of its own (one round trip, one connection per message in flight), and `sqlinbox.NewPgxPipeline` with " +
+			"`PipelineConfig{Connections: 8, Messages: 8}`, which sends the claims and INSERTs of the messages in flight at once in one pipeline per connection, a Sync after each message. " +
+			"*N in flight*: N workers deliver one message each at a time, as a router with N deliveries in flight does. *workers* is the 8 connections both stores' main variants use: " +
+			"write-behind holds one per message, so 8 connections carry 8 messages in flight; the pipelined store carries up to 8 per connection, 64 in flight. " +
+			"*write-behind, 32 in flight* (32 connections) against *pipelined, 32 in flight* (8), and the two *8 in flight*, compare at equal messages in flight; the 1-in-flight pair is the latency of a lone delivery. " +
+			"Ratios are to *write-behind, 8 in flight* in the same round; latency is each message's time through the middleware, its 50th and 99th percentile per round " +
+			"(median over the rounds [min–max])."},
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
@@ -312,6 +321,19 @@ func (r *report) targets() string {
 	}
 	if x, ok := r.find("cleanup", "postgres", 0, 8, vDuringCleanup); ok {
 		check("claims during cleanup ÷ claims alone", "≥ 0.80", x.ratio, x.ratio.med >= 0.8)
+	}
+	for _, t := range []struct {
+		delay time.Duration
+		want  float64
+	}{{halfMS, 1.5}, {time.Millisecond, 2}} {
+		x, ok := r.find("pipeline", "postgres", t.delay, pipelineConns, vPipe64)
+		if !ok {
+			continue
+		}
+		p99, _ := r.findDerived("pipeline", t.delay, pipelineConns, latencyName("p99", vPipe64))
+		p99WB, _ := r.findDerived("pipeline", t.delay, pipelineConns, latencyName("p99", vWB8))
+		check(fmt.Sprintf("%s: pipelined ÷ write-behind, %d connections (p99 per message %.2f ms against %.2f ms)",
+			x.where(), pipelineConns, p99.s.med, p99WB.s.med), fmt.Sprintf("≥ %.2g", t.want), x.ratio, x.ratio.med >= t.want)
 	}
 	if b.Len() == 0 {
 		return ""

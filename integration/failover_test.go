@@ -22,6 +22,8 @@ import (
 type failoverStore struct {
 	name string
 	open func(t *testing.T, url, table string) (store inbox.Store, inTx func(ctx context.Context) (runner, bool))
+	// writeBehind runs the inbox in write-behind mode: the handler queues its invoice.
+	writeBehind bool
 }
 
 var failoverStores = []failoverStore{
@@ -34,7 +36,7 @@ var failoverStores = []failoverStore{
 			tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
 			return pgxRunner{tx}, ok
 		}
-	}},
+	}, false},
 	{"database-sql", func(t *testing.T, url, table string) (inbox.Store, func(ctx context.Context) (runner, bool)) {
 		store, err := sqlinbox.NewDB(openSQL(t, "pgx", url), sqlinbox.Postgres(), sqlinbox.Config{Table: table})
 		if err != nil {
@@ -44,7 +46,7 @@ var failoverStores = []failoverStore{
 			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 			return sqlRunner{tx, true}, ok
 		}
-	}},
+	}, false},
 }
 
 // A PostgreSQL failover in the middle of the traffic: a primary with one streaming standby,
@@ -97,12 +99,15 @@ func runFailover(t *testing.T, r *testenv.PostgresReplica, storeURL string, s fa
 		if err := store.(interface{ InitializeSchema(context.Context) error }).InitializeSchema(ctx); err != nil {
 			t.Fatal(err)
 		}
-		mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
+		mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: s.writeBehind}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		h := mw(func(msg *message.Message) ([]*message.Message, error) {
 			run.runs.Add(1)
+			if s.writeBehind {
+				return nil, inbox.ExecAtCommit(msg.Context(), "INSERT INTO "+business+" (consumer, msg_key) VALUES ($1, $2)", "billing", msg.UUID)
+			}
 			tx, ok := inTx(msg.Context())
 			if !ok {
 				return nil, errors.New("no inbox transaction in the handler's context")
