@@ -18,7 +18,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -53,19 +52,14 @@ func (w *pipelineWire) next(r *bufio.Reader) ([]byte, bool, bool, error) {
 func TestChaosPipelineExactlyOneInvoicePerOrder(t *testing.T) {
 	orders := max(chaosOrders(t)/2, 100)
 	t.Run("pgx-pipeline/postgres", func(t *testing.T) {
-		runChaos(t, chaosPipelineAt(t, testenv.PostgresURL(t), sqlinbox.PipelineConfig{Connections: 2}, nil), orders)
-	})
-	t.Run("pgx-pipeline/postgres via PgBouncer, exec", func(t *testing.T) {
-		poolerURL := testenv.PgBouncerURL(t, poolerServerConns)
-		runChaos(t, chaosPipelineAt(t, poolerURL, sqlinbox.PipelineConfig{Connections: 1},
-			func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec }), max(orders/2, 100))
+		runChaos(t, chaosPipelineAt(t, testenv.PostgresURL(t), sqlinbox.PipelineConfig{Connections: 2}), orders)
 	})
 }
 
 // chaosPipelineAt is chaosPgxAt for the pipelined store: one store for every router, on one
 // pool through a fault proxy in front of storeURL that knows Syncs, and a killer of the
 // pool's sessions as chaosPostgresAt's.
-func chaosPipelineAt(t *testing.T, storeURL string, pipeline sqlinbox.PipelineConfig, configure func(*pgxpool.Config)) *chaosDB {
+func chaosPipelineAt(t *testing.T, storeURL string, pipeline sqlinbox.PipelineConfig) *chaosDB {
 	b := pipelineBackend(t, pipeline)
 	proxy := startFaultProxy(t, hostOf(t, storeURL), func() wireProtocol { return &pipelineWire{} },
 		chaosPCutBeforeCommit, chaosPCutDuringCommit, chaosPCutAtStatement)
@@ -82,9 +76,6 @@ func chaosPipelineAt(t *testing.T, storeURL string, pipeline sqlinbox.PipelineCo
 		t.Fatal(err)
 	}
 	config.MaxConns = chaosPoolSize
-	if configure != nil {
-		configure(config)
-	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), config)
 	if err != nil {
 		t.Fatal(err)

@@ -115,8 +115,9 @@ func TestHandlerKitPassesCorrectHandlersOnPipeline(t *testing.T) {
 	for _, m := range kitModes {
 		t.Run(m.name, func(t *testing.T) {
 			f := pipelineKitFixture(t)
-			rec := &recordingTB{t: t}
-			took := timed(func() { handlertest.Run(rec, f.kitCase(t, f.billing(m.mode), m.writeBehind)) })
+			rec := &recordingTB{TB: t}
+			c, opts := f.kitCase(t, f.billing(m.mode), m.writeBehind)
+			took := timed(func() { handlertest.Run(t.Context(), rec, c, opts) })
 			for _, r := range rec.reports() {
 				t.Errorf("a correct handler was reported:\n%s", r)
 			}
