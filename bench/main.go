@@ -57,7 +57,7 @@ type options struct {
 var runners = []struct {
 	name string
 	run  func(context.Context, *env, *report) error
-}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}, {"pooler", runPooler}}
+}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}, {"pooler", runPooler}, {"http", runHTTP}}
 
 func main() {
 	log.SetFlags(log.Ltime)

@@ -129,6 +129,11 @@ var scenarios = []struct{ name, title, description string }{
 		"The cost scenario's variants through PgBouncer 1.18 in `pool_mode = transaction` with 4 server connections, the delay proxy between the benchmark and PgBouncer " +
 			"(0.25 ms each way), for the two pgx modes that work there: `QueryExecModeExec` and `QueryExecModeSimpleProtocol` (docs/pooler.md). " +
 			"*business alone* goes through the same pooler. PgBouncer runs on this machine, so its CPU is in neither CPU column."},
+	{"http", "6. HTTP requests with an Idempotency-Key (inboxhttp)",
+		"N HTTP clients on loopback POST to an endpoint that creates one invoice, each request with a new `Idempotency-Key`; PostgreSQL is reached through the delay proxy. " +
+			"*endpoint alone, no inbox*: the handler runs BEGIN; INSERT; COMMIT itself. *inboxhttp, TxFromContext*: behind `inboxhttp.New`, the handler INSERTs " +
+			"through `inbox.TxFromContext`; the response is recorded with the claim and sent after COMMIT. *inboxhttp, WriteBehind*: the handler defers the INSERT " +
+			"with `inbox.ExecAtCommit`, and the claim, the INSERT, the record and COMMIT go in one batch. Ratios are to *endpoint alone* in the same round."},
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
