@@ -18,17 +18,17 @@ func TestParseKey(t *testing.T) {
 		{[]string{`"8e03978e-40d5-43e8-bc93-6894a57f9324";v=1;exp=?1`}, "8e03978e-40d5-43e8-bc93-6894a57f9324"},
 		{[]string{`"k"; a="b"; c=tok/en`}, "k"},
 		{nil, ""},
-		{[]string{`order-1`}, ""},              // a token, not a string
-		{[]string{`""`}, ""},                   // empty
-		{[]string{`"a", "b"`}, ""},             // a list
-		{[]string{`"a"`, `"b"`}, ""},           // two lines: a list
-		{[]string{`"a\nb"`}, ""},               // an escape RFC 8941 has not
-		{[]string{"\"a\tb\""}, ""},             // a control character
-		{[]string{"\"caf\xc3\xa9\""}, ""},      // not ASCII
-		{[]string{`"open`}, ""},                // no closing quote
-		{[]string{`"k";A=1`}, ""},              // a parameter name is lowercase
-		{[]string{`"k";a=`}, ""},               // a parameter without its value
-		{[]string{`"k" junk`}, ""},             // something after the item
+		{[]string{`order-1`}, ""},         // a token, not a string
+		{[]string{`""`}, ""},              // empty
+		{[]string{`"a", "b"`}, ""},        // a list
+		{[]string{`"a"`, `"b"`}, ""},      // two lines: a list
+		{[]string{`"a\nb"`}, ""},          // an escape RFC 8941 has not
+		{[]string{"\"a\tb\""}, ""},        // a control character
+		{[]string{"\"caf\xc3\xa9\""}, ""}, // not ASCII
+		{[]string{`"open`}, ""},           // no closing quote
+		{[]string{`"k";A=1`}, ""},         // a parameter name is lowercase
+		{[]string{`"k";a=`}, ""},          // a parameter without its value
+		{[]string{`"k" junk`}, ""},        // something after the item
 		{[]string{`"` + strings.Repeat("k", inbox.MaxKeyLength+1) + `"`}, ""},
 		{[]string{`"` + strings.Repeat("k", inbox.MaxKeyLength) + `"`}, strings.Repeat("k", inbox.MaxKeyLength)},
 	} {
