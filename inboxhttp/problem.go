@@ -1,6 +1,7 @@
 package inboxhttp
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -39,7 +40,11 @@ const docsURL = "https://github.com/inboxkit/watermill-inbox/blob/main/docs/http
 // write sends p with detail, and a Retry-After of retryAfter seconds when it is above 0.
 func (p problem) write(w http.ResponseWriter, detail string, retryAfter int) {
 	p.Detail = detail
-	body, _ := json.Marshal(p) // strings and an int: no error
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // a problem body is JSON, not HTML
+	_ = enc.Encode(p)        // strings and an int: no error
+	body := buf.Bytes()
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
