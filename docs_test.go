@@ -20,7 +20,7 @@ var documentedCommands = []struct {
 }{
 	// The README's first two commands, which .ci/run takes from it.
 	{pattern: `^go run \./examples/quickstart$`, ci: `grep -m1 '^go run ' README.md`},
-	{pattern: `^go test -race -count=1 work$`, ci: `grep -m1 '^go test ' README.md`},
+	{pattern: `^go test -race -count=1 -timeout 30m work$`, ci: `grep -m1 '^go test ' README.md`},
 	// Every other test command runs a subset of go test work.
 	{pattern: `^go test (-race )?\./(examples|bench)(/\S*)?$`, ci: `grep -m1 '^go test ' README.md`},
 	{pattern: `^go test -run '\^\$' -bench \. -benchtime \d+x \./sqlinbox/$`, ci: `-benchtime 1x`},

@@ -23,19 +23,20 @@ const library = "github.com/inboxkit/watermill-inbox"
 // program that imports a package of the examples module, or one under internal/, does not
 // build.
 //
-// The go.mod requires the library, replaced by this repository, and every other module at
-// the version the examples module requires, so that nothing is looked up on the network and
-// the copies build what the tests test; go mod tidy then drops what the program does not use.
+// The go.mod requires the library, replaced by this repository, and every other module the
+// examples module requires at the version the workspace selects (go list -m all), which the
+// examples' tests run on: the copies build what the tests test, from the packages the test
+// run compiled. go mod tidy then drops what the program does not use. A module the cache
+// lacks (a test run of this package alone on an empty cache) is downloaded through the
+// configured module proxy (go env GOPROXY), as a reader's go mod tidy does; the go.sum holds
+// the checksums of every go.sum of the workspace.
 func TestProgramsBuildWhenCopiedOut(t *testing.T) {
 	programs := examplePrograms(t)
 	if len(programs) < 10 {
 		t.Fatalf("found %d example programs (%v); the search is broken", len(programs), programs)
 	}
 	goMod := copyGoMod(t)
-	goSum, err := os.ReadFile("go.sum")
-	if err != nil {
-		t.Fatal(err)
-	}
+	goSum := workspaceSums(t)
 	// The copies are built like this test binary, so that they reuse the compiled packages
 	// of the test run (-race, above all, compiles every dependency anew).
 	var flags []string
@@ -99,8 +100,8 @@ func copyProgram(t *testing.T, program, dir string) {
 }
 
 // copyGoMod returns the go.mod of a copy: module example.com/copy, the examples module's go
-// line and requirements but those of this repository's other modules, and the library
-// replaced by the repository root.
+// line and requirements but those of this repository's other modules, each at the version
+// the workspace selects, and the library replaced by the repository root.
 func copyGoMod(t *testing.T) []byte {
 	t.Helper()
 	out, err := exec.Command("go", "mod", "edit", "-json", "go.mod").Output()
@@ -118,25 +119,87 @@ func copyGoMod(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	selected := workspaceVersions(t)
 	var b strings.Builder
 	b.WriteString("module example.com/copy\n\ngo " + mod.Go + "\n\nrequire (\n")
 	for _, r := range mod.Require {
 		if strings.HasPrefix(r.Path, library+"/") {
 			continue // a contrib module of this repository: no copy may need one
 		}
-		b.WriteString("\t" + r.Path + " " + r.Version + "\n")
+		version := selected[r.Path]
+		if r.Path == library {
+			version = r.Version // replaced below
+		}
+		if version == "" {
+			t.Fatalf("the workspace selects no version of %s, which examples/go.mod requires", r.Path)
+		}
+		b.WriteString("\t" + r.Path + " " + version + "\n")
 	}
 	b.WriteString(")\n\nreplace " + library + " => " + root + "\n")
 	return []byte(b.String())
 }
 
-// goCommand runs go in dir, outside any workspace and without the network, and fails the
-// test with its output if it fails.
+// workspaceVersions returns the version of every module of the workspace's build list,
+// by path.
+func workspaceVersions(t *testing.T) map[string]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Path}} {{.Version}}", "all").Output()
+	if err != nil {
+		t.Fatalf("go list -m all: %v", err)
+	}
+	versions := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		if path, version, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+			versions[path] = version
+		}
+	}
+	return versions
+}
+
+// workspaceSums returns the lines of go.work.sum and of every go.sum of the workspace's
+// modules, each once.
+func workspaceSums(t *testing.T) []byte {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "work", "edit", "-json", filepath.Join(root, "go.work")).Output()
+	if err != nil {
+		t.Fatalf("go work edit -json: %v", err)
+	}
+	var work struct{ Use []struct{ DiskPath string } }
+	if err := json.Unmarshal(out, &work); err != nil {
+		t.Fatal(err)
+	}
+	files := []string{filepath.Join(root, "go.work.sum")}
+	for _, use := range work.Use {
+		files = append(files, filepath.Join(root, use.DiskPath, "go.sum"))
+	}
+	var sums strings.Builder
+	seen := map[string]bool{}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(data)) {
+			if !seen[line] {
+				seen[line] = true
+				sums.WriteString(line)
+			}
+		}
+	}
+	return []byte(sums.String())
+}
+
+// goCommand runs go in dir, outside any workspace, with the environment's module cache and
+// proxy, and fails the test with its output if it fails.
 func goCommand(t *testing.T, dir string, args ...string) {
 	t.Helper()
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s in a copy: %v\n%s", strings.Join(args, " "), err, out)
 	}

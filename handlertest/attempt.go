@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -109,12 +108,13 @@ type attempt struct {
 	txType     string   // the type of the store's transaction (Tx.Handle())
 	pgx        bool     // the store's transaction is a pgx.Tx, which the kit wraps
 	bound      bool     // a connection of Connector carries the inbox transaction
+	record     []byte   // the record of produced messages the middleware gave the store
 
 	// Set by the delivery once the middleware returned (or never, if it hung).
 	err      error
 	panicked any
 	returned []*message.Message
-	sent     []Published // reached the Recorder during the attempt
+	sent     []Produced // reached the Recorder during the attempt
 }
 
 func (a *attempt) setPhase(p phase) {
@@ -267,27 +267,24 @@ func (a *attempt) view() view {
 
 // produced is what the attempt produced: the messages it returned (topic "", for the
 // router to publish) and those that reached the Recorder while it ran.
-func (a *attempt) produced() []Published {
-	out := make([]Published, 0, len(a.returned)+len(a.sent))
+func (a *attempt) produced() []Produced {
+	out := make([]Produced, 0, len(a.returned)+len(a.sent))
 	for _, m := range a.returned {
-		out = append(out, published("", m))
+		out = append(out, produced("", m))
 	}
 	return append(out, a.sent...)
 }
 
-// isEndText reports whether a statement text ends a transaction (a multi-statement store ends
-// its transactions with such requests, not through driver.Tx).
-func isEndText(query string) bool {
-	q := strings.ToUpper(strings.TrimRight(strings.TrimSpace(query), "; \t\r\n"))
-	if q == "COMMIT" || q == "ROLLBACK" {
-		return true
-	}
-	last := strings.LastIndexByte(q, ';')
-	return last >= 0 && strings.TrimSpace(q[last+1:]) == "COMMIT"
+// recorded keeps the record of produced messages that the middleware gave the store.
+func (a *attempt) recorded(record []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.record = record
 }
 
-// isBeginText reports whether a statement text begins a transaction.
-func isBeginText(query string) bool {
-	q := strings.ToUpper(strings.TrimSpace(query))
-	return strings.HasPrefix(q, "START TRANSACTION") || strings.HasPrefix(q, "BEGIN")
+// recordSent returns the record of produced messages that the middleware gave the store.
+func (a *attempt) recordSent() []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.record
 }

@@ -2,8 +2,6 @@ package handlertest
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -11,33 +9,28 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// TB is the part of testing.TB the kit uses; *testing.T and *testing.B satisfy it. The kit
-// never calls Fatal: it reports what it found with Errorf and returns, so a TB of your own
-// (one that records the messages, say) sees every report.
-type TB interface {
-	Helper()
-	Errorf(format string, args ...any)
-	Logf(format string, args ...any)
-}
-
-// Case is one handler under test and what the kit needs around it. Handler, Store, Message,
-// Snapshot and Reset are required.
+// Case is one handler under test and what the kit needs around it. Every field is required.
 type Case struct {
 	// Handler is the handler under test, as it is registered behind the inbox middleware.
 	// The kit runs it behind inbox.NewMiddleware itself, outside any router.
 	Handler message.HandlerFunc
 
-	// Store is the inbox store, on the real database the handler writes to. A database/sql
-	// store (sqlinbox.NewDB) must run on a *sql.DB opened with OpenDB or on Connector, and so
-	// must the handler's repositories: the kit counts and fails statements there. A pgx
-	// store (sqlinbox.NewPgx) needs nothing more: the kit hands the handler a pgx.Tx of its
-	// own that counts and fails statements.
+	// Store is the inbox store, on the real database the handler writes to. A pgx store
+	// (sqlinbox.NewPgx) needs nothing more: the kit hands the handler a pgx.Tx of its own
+	// that counts and fails statements. A database/sql store (sqlinbox.NewDB,
+	// sqlinbox.NewMultiStatement) must run on a *sql.DB opened with [OpenDB] or on
+	// [Connector], and so must the handler's repositories: the kit counts and fails
+	// statements in those connections, and checks that it sees them before any delivery.
+	// The kit redelivers a nack that the store's IsTransient(err) bool method reports
+	// transient (a deadlock, a lock timeout, a busy database), as a production stack retries
+	// it; a store without that method gets no redelivery.
 	Store inbox.Store
 
 	// Config is the middleware's configuration, as in production (WriteBehind, Key,
-	// Publisher, ...). The kit gives every scenario a consumer of its own, derived from
-	// Config.Consumer ("handlertest" if it is empty), so that the message is new to the
-	// inbox in each; it clears ConsumerByHandler, which needs a router.
+	// Publisher, ...), with two changes the kit makes and logs: each scenario claims under a
+	// consumer of its own, Config.Consumer (or "handlertest" if it is empty) followed by
+	// "/handlertest-<run>/<scenario>", so that the message is new to the inbox in each; and
+	// ConsumerByHandler is not used, since it needs a router's handler name.
 	Config inbox.Config
 
 	// Message is the message every scenario delivers: each delivery is a copy with the same
@@ -57,90 +50,93 @@ type Case struct {
 	// checks that Snapshot then reads what it read before the first delivery. It need not
 	// touch the inbox table: each scenario claims under a consumer of its own.
 	Reset func(ctx context.Context) error
+}
 
-	// Recorder, if set, is the publisher that the inbox.Publisher in Config.Publisher wraps
-	// (inbox.NewPublisher(recorder)), so the kit sees what the handler publishes. Nil: the
-	// kit checks only the messages the handler returns.
+// Options are the optional expectations and settings of a run. A nil *Options is the zero
+// Options.
+type Options struct {
+	// Recorder is the publisher that Config.Publisher wraps (inbox.NewPublisher(recorder)),
+	// which the handler, or its cqrs buses, publish through: the kit then checks what the
+	// handler publishes, and that it all reaches the Recorder. No assertion is made on
+	// published messages if left nil: the kit checks only the messages the handler returns.
 	Recorder *Recorder
 
-	// Probe, if set, returns every idempotency key that the handler's fakes of systems
-	// outside the database (a payment client, say) were called with, in order; "" for a call
-	// without one. The external scenario checks that every attempt passed
-	// inbox.KeyFromContext's key. Nil: that scenario is skipped.
+	// Probe returns every idempotency key that the handler's fakes of systems outside the
+	// database (a payment client, say) were called with, in order; "" for a call without
+	// one. The External scenario checks that every call, in every attempt, passed
+	// inbox.KeyFromContext's key. A handler that makes no call for this message passes (the
+	// kit logs it). No assertion is made on external calls if left nil.
 	Probe func() []string
 
-	// Retriable reports whether a nack is one that a redelivery fixes: a deadlock, a lock
-	// timeout, a busy database. Default: DefaultRetriable.
-	Retriable func(err error) bool
-
-	// Copies is how many copies the sequential-copies scenario delivers after the first
-	// delivery. Default: 3.
-	Copies int
-
-	// Concurrent is how many copies the concurrent scenario releases at once. Default: 4.
-	Concurrent int
-
-	// Deadline bounds each delivery, and the concurrent scenario as a whole: a delivery still
-	// in flight then is reported as a hang, and the run stops. Default: 10 s.
+	// Deadline bounds each delivery, each call of Snapshot and Reset, and the concurrent
+	// copies as a whole: a delivery still in flight then is reported as a hang, and the run
+	// stops. Zero: 10 s.
 	Deadline time.Duration
 
 	// Seed orders the start of the concurrent copies, the one random choice the kit makes;
-	// every report prints it. Default (0): a seed from the clock.
+	// Result.Seed and every report give it, to run the same order again. Zero: a seed from
+	// the clock.
 	Seed uint64
 }
 
-// Defaults of Case.
+// How many copies the Copies and Concurrent scenarios deliver, and the default Deadline.
 const (
-	DefaultCopies     = 3
-	DefaultConcurrent = 4
-	DefaultDeadline   = 10 * time.Second
+	sequentialCopies = 3
+	concurrentCopies = 4
+	defaultDeadline  = 10 * time.Second
 )
 
-// setDefaults fills the fields whose zero value has a default.
-func (c *Case) setDefaults() {
-	if c.Retriable == nil {
-		c.Retriable = DefaultRetriable
+// settings are the Options with their defaults.
+func (o *Options) settings() Options {
+	var s Options
+	if o != nil {
+		s = *o
 	}
-	if c.Copies == 0 {
-		c.Copies = DefaultCopies
+	if s.Deadline == 0 {
+		s.Deadline = defaultDeadline
 	}
-	if c.Concurrent == 0 {
-		c.Concurrent = DefaultConcurrent
+	if s.Seed == 0 {
+		s.Seed = uint64(time.Now().UnixNano())
 	}
-	if c.Deadline == 0 {
-		c.Deadline = DefaultDeadline
-	}
-	if c.Seed == 0 {
-		c.Seed = uint64(time.Now().UnixNano())
-	}
+	return s
 }
 
-// validate returns every problem of c at once, so a team fixes its Case in one go.
-func (c Case) validate() error {
-	var problems []error
+// problems returns every problem of the input at once, so that a team fixes its Case in one
+// go.
+func problems(ctx context.Context, c Case, o *Options) []Problem {
+	var found []string
+	if ctx == nil {
+		found = append(found, "the context is nil: pass the test's (t.Context())")
+	}
 	if c.Handler == nil {
-		problems = append(problems, errors.New("handlertest: Case.Handler is nil: give the handler under test"))
+		found = append(found, "Case.Handler is nil: give the handler under test")
 	}
 	if c.Store == nil {
-		problems = append(problems, errors.New("handlertest: Case.Store is nil: give the inbox store, on the real database"))
+		found = append(found, "Case.Store is nil: give the inbox store, on the real database")
 	}
 	if c.Message == nil {
-		problems = append(problems, errors.New("handlertest: Case.Message is nil: give the message to deliver"))
+		found = append(found, "Case.Message is nil: give the message to deliver")
 	} else if c.Config.Key == nil && c.Message.UUID == "" {
-		problems = append(problems, errors.New("handlertest: Case.Message has no UUID, which is its idempotency key (Config.Key is not set)"))
+		found = append(found, "Case.Message has no UUID, which is its idempotency key (Config.Key is not set)")
 	}
 	if c.Snapshot == nil {
-		problems = append(problems, errors.New("handlertest: Case.Snapshot is nil: give a function that reads the business state the handler changes"))
+		found = append(found, "Case.Snapshot is nil: give a function that reads the business state the handler changes")
 	}
 	if c.Reset == nil {
-		problems = append(problems, errors.New("handlertest: Case.Reset is nil: give a function that restores the business state of before any delivery"))
+		found = append(found, "Case.Reset is nil: give a function that restores the business state of before any delivery")
 	}
-	if c.Copies < 0 || c.Concurrent < 0 || c.Deadline < 0 {
-		problems = append(problems, fmt.Errorf("handlertest: Case.Copies (%d), Case.Concurrent (%d) and Case.Deadline (%s) must not be negative",
-			c.Copies, c.Concurrent, c.Deadline))
+	if o != nil {
+		if o.Deadline < 0 {
+			found = append(found, "Options.Deadline is negative: give a positive bound, or zero for 10 s")
+		}
+		if o.Recorder != nil && c.Config.Publisher == nil {
+			found = append(found, "Options.Recorder is set but Config.Publisher is nil: the Recorder sees what the handler publishes "+
+				"only as the publisher that Config.Publisher wraps (inbox.NewPublisher(recorder))")
+		}
 	}
-	if c.Concurrent == 1 {
-		problems = append(problems, errors.New("handlertest: Case.Concurrent is 1: concurrent copies need at least 2"))
+	out := make([]Problem, len(found))
+	for i, what := range found {
+		out[i] = Problem{What: what}
 	}
-	return errors.Join(problems...)
+	return out
 }

@@ -8,20 +8,23 @@ import (
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/handlertest"
 )
 
-// recorder is a handlertest.TB that keeps the reports.
-type recorder struct{ errors, logs []string }
+// keepingT is a testing.TB that keeps what the kit reports instead of failing the test: Run
+// calls only Helper, Errorf and Logf.
+type keepingT struct {
+	testing.TB
+	errors, logs []string
+}
 
-func (r *recorder) Helper() {}
-func (r *recorder) Errorf(format string, args ...any) {
+func (r *keepingT) Helper() {}
+func (r *keepingT) Errorf(format string, args ...any) {
 	r.errors = append(r.errors, fmt.Sprintf(format, args...))
 }
-func (r *recorder) Logf(format string, args ...any) {
+func (r *keepingT) Logf(format string, args ...any) {
 	r.logs = append(r.logs, fmt.Sprintf(format, args...))
 }
 
@@ -32,23 +35,27 @@ func (nopStore) Claim(context.Context, inbox.Claim) (inbox.Tx, *inbox.Record, er
 }
 
 // Bad input is refused before anything runs, every problem at once, with no panic, by Run
-// and by each scenario alone.
+// and by each scenario alone; each problem is reported and returned.
 func TestBadInputIsRefusedWithEveryProblem(t *testing.T) {
-	for name, run := range map[string]func(handlertest.TB, handlertest.Case){
+	for name, run := range map[string]func(context.Context, testing.TB, handlertest.Case, *handlertest.Options) handlertest.Result{
 		"Run": handlertest.Run, "Reference": handlertest.Reference, "Copies": handlertest.Copies,
 		"Concurrent": handlertest.Concurrent, "Failures": handlertest.Failures, "External": handlertest.External,
 	} {
-		r := &recorder{}
-		run(r, handlertest.Case{})
-		if len(r.errors) != 1 {
-			t.Fatalf("%s: %d reports, want 1: %q", name, len(r.errors), r.errors)
+		r := &keepingT{}
+		res := run(nil, r, handlertest.Case{}, nil) //nolint:staticcheck // a nil context is one of the problems
+		want := []string{
+			"handlertest: the context is nil", "handlertest: Case.Handler is nil", "handlertest: Case.Store is nil",
+			"handlertest: Case.Message is nil", "handlertest: Case.Snapshot is nil", "handlertest: Case.Reset is nil",
 		}
-		for _, want := range []string{
-			"handlertest: Case.Handler is nil", "handlertest: Case.Store is nil", "handlertest: Case.Message is nil",
-			"handlertest: Case.Snapshot is nil", "handlertest: Case.Reset is nil",
-		} {
-			if !strings.Contains(r.errors[0], want) {
-				t.Errorf("%s: the report does not say %q:\n%s", name, want, r.errors[0])
+		if len(r.errors) != len(want) || len(res.Problems) != len(want) {
+			t.Fatalf("%s: %d reports and %d problems, want %d: %q", name, len(r.errors), len(res.Problems), len(want), r.errors)
+		}
+		for i, want := range want {
+			if !strings.HasPrefix(r.errors[i], want) {
+				t.Errorf("%s: report %d is %q, want it to start %q", name, i, r.errors[i], want)
+			}
+			if p := res.Problems[i]; p.Scenario != "" || !strings.HasPrefix(r.errors[i], p.String()) {
+				t.Errorf("%s: problem %d is %+v, reported as %q", name, i, p, r.errors[i])
 			}
 		}
 	}
@@ -63,22 +70,23 @@ func TestBadInputIsRefusedWithEveryProblem(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		change func(*handlertest.Case)
+		change func(*handlertest.Case, *handlertest.Options)
 		want   string
 	}{
-		{"no UUID", func(c *handlertest.Case) { c.Message = message.NewMessage("", nil) }, "handlertest: Case.Message has no UUID"},
-		{"negative copies", func(c *handlertest.Case) { c.Copies = -1 }, "must not be negative"},
-		{"one concurrent copy", func(c *handlertest.Case) { c.Concurrent = 1 }, "handlertest: Case.Concurrent is 1"},
+		{"no UUID", func(c *handlertest.Case, _ *handlertest.Options) { c.Message = message.NewMessage("", nil) }, "handlertest: Case.Message has no UUID"},
+		{"negative deadline", func(_ *handlertest.Case, o *handlertest.Options) { o.Deadline = -1 }, "handlertest: Options.Deadline is negative"},
+		{"a Recorder without a Publisher", func(_ *handlertest.Case, o *handlertest.Options) { o.Recorder = handlertest.NewRecorder() },
+			"handlertest: Options.Recorder is set but Config.Publisher is nil"},
 		// The kit gives each scenario a consumer of its own, so an empty one is no problem.
-		{"no consumer", func(c *handlertest.Case) { c.Config.Consumer = "" }, ""},
+		{"no consumer", func(c *handlertest.Case, _ *handlertest.Options) { c.Config.Consumer = "" }, ""},
 	} {
-		c := full
-		tc.change(&c)
-		r := &recorder{}
-		handlertest.Run(r, c)
+		c, o := full, handlertest.Options{}
+		tc.change(&c, &o)
+		r := &keepingT{}
+		handlertest.Run(t.Context(), r, c, &o)
 		if tc.want == "" {
-			// The Case is valid: the store's error is what stops it.
-			if len(r.errors) == 0 || !strings.Contains(r.errors[0], "not a store") {
+			// The Case is valid: the store's error, at the check before any delivery, stops it.
+			if len(r.errors) != 1 || !strings.HasPrefix(r.errors[0], "handlertest: the store's claim failed before any delivery: not a store") {
 				t.Errorf("%s: reports %q, want the store's claim error", tc.name, r.errors)
 			}
 			continue
@@ -89,36 +97,18 @@ func TestBadInputIsRefusedWithEveryProblem(t *testing.T) {
 	}
 }
 
-func TestDefaultRetriable(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{nil, false},
-		{fmt.Errorf("claim: %w", &pgconn.PgError{Code: "40P01"}), true},
-		{&pgconn.PgError{Code: "55P03"}, true},
-		{&pgconn.PgError{Code: "40001"}, true},
-		{&pgconn.PgError{Code: "23505"}, false},
-		{errors.New("Error 1213 (40001): Deadlock found when trying to get lock"), true},
-		{errors.New("Error 1205 (HY000): Lock wait timeout exceeded"), true},
-		{errors.New("Error 1062 (23000): Duplicate entry"), false},
-		{codeError(517), true}, // SQLITE_BUSY_SNAPSHOT
-		{codeError(6), true},   // SQLITE_LOCKED
-		{codeError(19), false}, // SQLITE_CONSTRAINT
-		{errors.New("database is locked (5) (SQLITE_BUSY)"), true},
-		{errors.New("payment provider down"), false},
-	} {
-		if got := handlertest.DefaultRetriable(tc.err); got != tc.want {
-			t.Errorf("DefaultRetriable(%v) = %v, want %v", tc.err, got, tc.want)
-		}
+// A Problem reads as the kit reports it.
+func TestProblemString(t *testing.T) {
+	p := handlertest.Problem{Scenario: "failures", Step: "COMMIT fails", Attempt: "attempt 1", What: "the state is not the state of before it:",
+		Details: []string{"Ledger: 1 rows, want 0"}, Cause: "a repository on the pool?"}
+	want := "handlertest: failures (COMMIT fails), attempt 1: the state is not the state of before it:\n\tLedger: 1 rows, want 0\n\tprobable cause: a repository on the pool?"
+	if got := p.String(); got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if got := (handlertest.Problem{What: "Case.Store is nil"}).String(); got != "handlertest: Case.Store is nil" {
+		t.Errorf("String() of a problem of the input = %q", got)
 	}
 }
-
-// codeError is an error with a Code, as modernc.org/sqlite's are.
-type codeError int
-
-func (e codeError) Error() string { return fmt.Sprintf("sqlite error %d", int(e)) }
-func (e codeError) Code() int     { return int(e) }
 
 func TestRecorderKeepsWhatItIsGiven(t *testing.T) {
 	r := handlertest.NewRecorder()

@@ -29,15 +29,15 @@ func (c *concurrentCopy) state() (current *attempt, acked bool, failed *attempt)
 	return c.current, c.acked, c.failed
 }
 
-// concurrent releases Case.Concurrent copies at once, each through a middleware of its own.
+// concurrent releases concurrentCopies copies at once, each through a middleware of its own.
 func (s *session) concurrent(b *baseline) {
 	s.t.Helper()
 	consumer := s.consumer(scenarioConcurrent)
 	if !s.resetTo(scenarioConcurrent, "", b) {
 		return
 	}
-	copies := make([]*concurrentCopy, s.c.Concurrent)
-	handlers := make([]message.HandlerFunc, s.c.Concurrent)
+	copies := make([]*concurrentCopy, concurrentCopies)
+	handlers := make([]message.HandlerFunc, concurrentCopies)
 	for i := range copies {
 		copies[i] = &concurrentCopy{n: i + 1}
 		var ok bool
@@ -49,7 +49,7 @@ func (s *session) concurrent(b *baseline) {
 	// each copy was when it came.
 	ctx, cancel := context.WithCancel(s.base)
 	defer cancel()
-	deadline := time.NewTimer(s.c.Deadline)
+	deadline := time.NewTimer(s.o.Deadline)
 	defer deadline.Stop()
 	release := make(chan struct{})
 	var wg sync.WaitGroup
@@ -77,9 +77,9 @@ func (s *session) concurrent(b *baseline) {
 		_, _, failed := c.state()
 		handled += c.handled
 		if failed != nil {
-			s.report(report{scenario: scenarioConcurrent, attempt: failed.label,
-				what:  "nacked with an error that no redelivery is expected to fix: " + failed.err.Error(),
-				cause: s.nackCause(failed.view(), failed.err, failed.panicked) + retriableHint(failed.err)})
+			s.report(Problem{Scenario: scenarioConcurrent, Attempt: failed.label,
+				What:  "nacked with an error that no redelivery is expected to fix: " + failed.err.Error(),
+				Cause: s.nackCause(failed.view(), failed.err, failed.panicked) + retriableHint(failed.err)})
 		}
 	}
 	now, ok := s.snapshot(scenarioConcurrent, "")
@@ -94,9 +94,9 @@ func (s *session) concurrent(b *baseline) {
 		case s.writeBehind():
 			cause = causeNotQueued
 		}
-		s.report(report{scenario: scenarioConcurrent,
-			what:    fmt.Sprintf("%d copies released at once did not leave the state of one delivery:", len(copies)),
-			details: diff, cause: cause})
+		s.report(Problem{Scenario: scenarioConcurrent,
+			What:    fmt.Sprintf("%d copies released at once did not leave the state of one delivery:", len(copies)),
+			Details: diff, Cause: cause})
 	}
 }
 
@@ -117,7 +117,7 @@ func (s *session) deliverCopy(ctx context.Context, h message.HandlerFunc, c *con
 		switch {
 		case a.err == nil:
 			c.acked = true
-		case ctx.Err() == nil && !s.c.Retriable(a.err) && !b.tolerates(a.err, consumer):
+		case ctx.Err() == nil && !s.transient(a.err) && !b.tolerates(a.err, consumer):
 			c.failed = a
 		}
 		done := c.acked || c.failed != nil
@@ -139,30 +139,30 @@ func (s *session) reportInFlight(copies []*concurrentCopy, cancel context.Cancel
 			inFlight = append(inFlight, fmt.Sprintf("%s (%s)", current.label, current.currentPhase()))
 		}
 	}
-	s.report(report{scenario: scenarioConcurrent,
-		what:    fmt.Sprintf("%d of %d copies still in flight after %s:", len(inFlight), len(copies), s.c.Deadline),
-		details: inFlight,
-		cause: "a handler or a claim that waits for ever: a second connection from a pool that the copies' transactions hold " +
+	s.report(Problem{Scenario: scenarioConcurrent,
+		What:    fmt.Sprintf("%d of %d copies still in flight after %s:", len(inFlight), len(copies), s.o.Deadline),
+		Details: inFlight,
+		Cause: "a handler or a claim that waits for ever: a second connection from a pool that the copies' transactions hold " +
 			"(size the pool above the messages in flight), a lock the handler takes in another order than its copies?"})
 	cancel()
-	timer := time.NewTimer(s.c.Deadline)
+	timer := time.NewTimer(s.o.Deadline)
 	defer timer.Stop()
 	select {
 	case <-all:
 	case <-timer.C:
 		s.stopped = true
-		s.report(report{scenario: scenarioConcurrent,
-			what: fmt.Sprintf("the copies still run %s after their context was cancelled; the run stops here", s.c.Deadline)})
+		s.report(Problem{Scenario: scenarioConcurrent,
+			What: fmt.Sprintf("the copies still run %s after their context was cancelled; the run stops here", s.o.Deadline)})
 	}
 }
 
-// retriableHint suggests Case.Retriable for an error that looks like a race the database
-// resolved.
+// retriableHint points to the store's classification for an error that looks like a race
+// the database resolved.
 func retriableHint(err error) string {
 	text := strings.ToLower(err.Error())
 	for _, s := range []string{"deadlock", "lock", "busy", "serializ"} {
 		if strings.Contains(text, s) {
-			return " (if this is a race the database resolves, pass a Case.Retriable that knows it)"
+			return " (if this is a race the database resolves, the store's IsTransient should report it: a dialect of your own can)"
 		}
 	}
 	return ""

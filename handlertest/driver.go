@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/inboxkit/watermill-inbox/internal/txmark"
 )
 
 // Connector wraps a database/sql connector so that the kit can count and fail the
@@ -120,7 +122,7 @@ func (c *conn) release() {
 // gate decides a statement before it is sent: n is its number among the handler's, for
 // uncount, 0 if it is not the handler's.
 func (c *conn) gate(ctx context.Context, query string) (n int, err error) {
-	a := c.carrier(ctx, isBeginText(query))
+	a := c.carrier(ctx, txmark.Of(ctx)&txmark.Begins != 0)
 	if a == nil {
 		if other, ok := attemptFrom(ctx); ok {
 			other.outsideStatement(query)
@@ -134,15 +136,17 @@ func (c *conn) gate(ctx context.Context, query string) (n int, err error) {
 	return n, err
 }
 
-// after releases the connection's attempt once a statement text ended its transaction.
-func (c *conn) after(query string, n int, err error) {
+// after releases the connection's attempt once a request the store marked as the end of
+// its transaction succeeded (a multi-statement store ends its transactions with such
+// requests, not through driver.Tx).
+func (c *conn) after(ctx context.Context, n int, err error) {
 	if errors.Is(err, driver.ErrSkip) && n > 0 {
 		if a := c.carrier(context.Background(), false); a != nil {
 			a.uncount(n)
 		}
 		return
 	}
-	if err == nil && isEndText(query) {
+	if err == nil && txmark.Of(ctx)&txmark.Ends != 0 {
 		c.release()
 	}
 }
@@ -200,7 +204,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 		return nil, err
 	}
 	result, err := execer.ExecContext(ctx, query, args)
-	c.after(query, n, err)
+	c.after(ctx, n, err)
 	return result, err
 }
 
@@ -214,7 +218,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 		return nil, err
 	}
 	rows, err := queryer.QueryContext(ctx, query, args)
-	c.after(query, n, err)
+	c.after(ctx, n, err)
 	return rows, err
 }
 

@@ -8,12 +8,12 @@ import (
 const scenarioExternal = "external"
 
 // external runs the attempts in which a handler calls an external system again (a failed
-// COMMIT, its redelivery and, in write-behind mode, a copy) and checks the keys Case.Probe
+// COMMIT, its redelivery and, in write-behind mode, a copy) and checks the keys Options.Probe
 // saw in each.
 func (s *session) external(b *baseline) {
 	s.t.Helper()
-	if s.c.Probe == nil {
-		s.t.Logf("handlertest: external: skipped, Case.Probe is nil")
+	if s.o.Probe == nil {
+		s.t.Logf("handlertest: external: skipped, Options.Probe is nil")
 		return
 	}
 	consumer := s.consumer(scenarioExternal)
@@ -33,7 +33,7 @@ func (s *session) external(b *baseline) {
 	for _, a := range attempts {
 		before, err := s.probe()
 		if err != nil {
-			s.report(report{scenario: scenarioExternal, attempt: a.label, what: err.Error()})
+			s.report(Problem{Scenario: scenarioExternal, Attempt: a.label, What: err.Error()})
 			return
 		}
 		if !s.deliver(h, a) {
@@ -42,7 +42,7 @@ func (s *session) external(b *baseline) {
 		}
 		after, err := s.probe()
 		if err != nil {
-			s.report(report{scenario: scenarioExternal, attempt: a.label, what: err.Error()})
+			s.report(Problem{Scenario: scenarioExternal, Attempt: a.label, What: err.Error()})
 			return
 		}
 		if len(after) < len(before) {
@@ -60,8 +60,8 @@ func (s *session) external(b *baseline) {
 		for _, key := range c.keys {
 			switch key {
 			case "":
-				s.report(report{scenario: scenarioExternal, attempt: c.a.label,
-					what: "the handler called an external system without an idempotency key", cause: causeNoKey})
+				s.report(Problem{Scenario: scenarioExternal, Attempt: c.a.label,
+					What: "the handler called an external system without an idempotency key", Cause: causeNoKey})
 			case inboxKey:
 			default:
 				others = append(others, fmt.Sprintf("%s: %q", c.a.label, key))
@@ -74,16 +74,19 @@ func (s *session) external(b *baseline) {
 		if len(distinct) == 1 {
 			cause = causeOwnKey
 		}
-		s.report(report{scenario: scenarioExternal,
-			what:    fmt.Sprintf("the handler called an external system with keys other than inbox.KeyFromContext's (%q):", inboxKey),
-			details: others, cause: cause})
+		s.report(Problem{Scenario: scenarioExternal,
+			What:    fmt.Sprintf("the handler called an external system with keys other than inbox.KeyFromContext's (%q):", inboxKey),
+			Details: others, Cause: cause})
 	}
 	if total == 0 {
+		// A handler whose external call depends on the message makes none for this one; a
+		// Probe on a fake the handler does not call looks the same, so the kit says so and
+		// passes.
 		labels := make([]string, len(calls))
 		for i, c := range calls {
 			labels[i] = c.a.label
 		}
-		s.report(report{scenario: scenarioExternal,
-			what: "Case.Probe saw no call in " + strings.Join(labels, ", ") + ": is it the fake that the handler calls?"})
+		s.t.Logf("handlertest: external: Options.Probe saw no call in %s: nothing to check for this message "+
+			"(if the handler calls an external system for it, Probe is not the fake it calls)", strings.Join(labels, ", "))
 	}
 }

@@ -44,16 +44,16 @@ func (s *session) failAt(b *baseline, point injection, consumer string) bool {
 	v := a.view()
 	switch {
 	case a.err == nil && point.kind == injectStatement:
-		s.report(report{scenario: scenarioFailures, step: step, attempt: a.label,
-			what:  "the delivery was acked although one of its statements failed",
-			cause: causeIgnoredError})
+		s.report(Problem{Scenario: scenarioFailures, Step: step, Attempt: a.label,
+			What:  "the delivery was acked although one of its statements failed",
+			Cause: causeIgnoredError})
 	case !v.reached:
 		what := "the injected failure was never reached: the delivery was nacked before it: " + errText(a.err)
 		if point.kind == injectStatement {
 			what = fmt.Sprintf("the injected failure was never reached: the handler ran %d statement(s) this time, the reference %d (nack: %s)",
 				len(v.statements), point.of, errText(a.err))
 		}
-		s.report(report{scenario: scenarioFailures, step: step, attempt: a.label, what: what, cause: causeNotDeterminist})
+		s.report(Problem{Scenario: scenarioFailures, Step: step, Attempt: a.label, What: what, Cause: causeNotDeterminist})
 	}
 	now, ok := s.snapshot(scenarioFailures, step)
 	if !ok {
@@ -62,9 +62,9 @@ func (s *session) failAt(b *baseline, point injection, consumer string) bool {
 	v = a.view() // with what a goroutine of the attempt did until Snapshot returned
 	survived := differences(now, b.before)
 	if survived != nil {
-		s.report(report{scenario: scenarioFailures, step: step, attempt: a.label,
-			what:    "the delivery was nacked, but the state is not the state of before it:",
-			details: survived, cause: s.survivedCause(v)})
+		s.report(Problem{Scenario: scenarioFailures, Step: step, Attempt: a.label,
+			What:    "the delivery was nacked, but the state is not the state of before it:",
+			Details: survived, Cause: s.survivedCause(v)})
 	}
 
 	again, out := s.redeliver(h, "attempt 2 (the redelivery)", b, consumer)
@@ -73,11 +73,11 @@ func (s *session) failAt(b *baseline, point injection, consumer string) bool {
 		s.reportHang(scenarioFailures, step, again)
 		return false
 	case nacked:
-		s.report(report{scenario: scenarioFailures, step: step, attempt: again.label,
-			what: "the redelivery after the failure was nacked: " + again.err.Error(), cause: s.nackCause(again.view(), again.err, again.panicked)})
+		s.report(Problem{Scenario: scenarioFailures, Step: step, Attempt: again.label,
+			What: "the redelivery after the failure was nacked: " + again.err.Error(), Cause: s.nackCause(again.view(), again.err, again.panicked)})
 	}
 	if len(a.sent) > 0 {
-		details := []string{"sent by the failed attempt: " + describe(a.sent)}
+		details := []string{"sent by the failed Attempt: " + describe(a.sent)}
 		cause := causeSentEarly
 		if out == acked {
 			details = append(details, "sent by the redelivery: "+describe(again.sent))
@@ -85,9 +85,9 @@ func (s *session) failAt(b *baseline, point injection, consumer string) bool {
 				cause = causeNewUUID + "; it left before the commit, although the delivery failed"
 			}
 		}
-		s.report(report{scenario: scenarioFailures, step: step, attempt: a.label,
-			what:    fmt.Sprintf("the nacked attempt published %d message(s):", len(a.sent)),
-			details: details, cause: cause})
+		s.report(Problem{Scenario: scenarioFailures, Step: step, Attempt: a.label,
+			What:    fmt.Sprintf("the nacked attempt published %d message(s):", len(a.sent)),
+			Details: details, Cause: cause})
 	}
 	if out != acked {
 		return true
@@ -98,9 +98,9 @@ func (s *session) failAt(b *baseline, point injection, consumer string) bool {
 	}
 	// What survived the failed attempt and stays is reported above; anything else is new.
 	if diff := differences(now, b.after); diff != nil && survived == nil {
-		s.report(report{scenario: scenarioFailures, step: step, attempt: again.label,
-			what:    "after the redelivery the state is not the state the reference delivery left:",
-			details: diff, cause: s.survivedCause(again.view())})
+		s.report(Problem{Scenario: scenarioFailures, Step: step, Attempt: again.label,
+			What:    "after the redelivery the state is not the state the reference delivery left:",
+			Details: diff, Cause: s.survivedCause(again.view())})
 	}
 	return true
 }

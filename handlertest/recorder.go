@@ -10,18 +10,18 @@ import (
 // Recorder is a message.Publisher that keeps what it is given, in order, for the kit to see
 // what a handler publishes. Wrap it with inbox.NewPublisher and set the result as the
 // Case's Config.Publisher (and give it to the handler, or to its cqrs buses, as production
-// gives them the broker's inbox.Publisher); set the Recorder itself as Case.Recorder. It is
-// safe for concurrent use.
+// gives them the broker's inbox.Publisher); set the Recorder itself as Options.Recorder. It
+// is safe for concurrent use.
 type Recorder struct {
 	mu       sync.Mutex
-	messages []Published
+	messages []Produced
 }
 
 var _ message.Publisher = (*Recorder)(nil)
 
-// Published is a message the Recorder was given. Topic is "" for a message the handler
-// returned (the router publishes those to the handler's topic).
-type Published struct {
+// Produced is a message a handler produced: published to Topic, or returned (Topic "", for
+// the router to publish to the handler's topic). The Recorder's messages all have a topic.
+type Produced struct {
 	Topic    string
 	UUID     string
 	Payload  []byte
@@ -36,7 +36,7 @@ func (r *Recorder) Publish(topic string, messages ...*message.Message) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, m := range messages {
-		r.messages = append(r.messages, published(topic, m))
+		r.messages = append(r.messages, produced(topic, m))
 	}
 	return nil
 }
@@ -45,10 +45,10 @@ func (r *Recorder) Publish(topic string, messages ...*message.Message) error {
 func (r *Recorder) Close() error { return nil }
 
 // Messages returns a copy of every message recorded so far, in order.
-func (r *Recorder) Messages() []Published {
+func (r *Recorder) Messages() []Produced {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Published(nil), r.messages...)
+	return append([]Produced(nil), r.messages...)
 }
 
 // mark returns how many messages are recorded, for since.
@@ -62,15 +62,15 @@ func (r *Recorder) mark() int {
 }
 
 // since returns the messages recorded after mark returned n.
-func (r *Recorder) since(n int) []Published {
+func (r *Recorder) since(n int) []Produced {
 	if r == nil {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Published(nil), r.messages[n:]...)
+	return append([]Produced(nil), r.messages[n:]...)
 }
 
-func published(topic string, m *message.Message) Published {
-	return Published{Topic: topic, UUID: m.UUID, Payload: append([]byte(nil), m.Payload...), Metadata: maps.Clone(map[string]string(m.Metadata))}
+func produced(topic string, m *message.Message) Produced {
+	return Produced{Topic: topic, UUID: m.UUID, Payload: append([]byte(nil), m.Payload...), Metadata: maps.Clone(map[string]string(m.Metadata))}
 }

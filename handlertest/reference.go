@@ -8,9 +8,9 @@ import (
 // baseline is what the reference delivery left, which the other scenarios compare with.
 type baseline struct {
 	consumer      string
-	before, after any         // the state before and after the delivery
-	produced      []Published // what the acked delivery produced
-	statements    []string    // the handler's statements through the transaction
+	before, after any        // the state before and after the delivery
+	produced      []Produced // what the acked delivery produced
+	statements    []string   // the handler's statements through the transaction
 	// nacks are the signatures of the reference delivery's nacks that no redelivery
 	// was expected to fix: reported by the reference scenario, redelivered by the others.
 	nacks map[string]bool
@@ -36,21 +36,17 @@ func (s *session) reference(check bool) (*baseline, bool) {
 	if !ok {
 		return nil, false
 	}
-	if err := s.call(s.c.Reset); err != nil {
-		s.report(report{scenario: scenarioReference, what: "Case.Reset failed: " + err.Error()})
+	if b.before, ok = s.reset(scenarioReference, ""); !ok {
 		return nil, false
 	}
-	if b.before, ok = s.snapshot(scenarioReference, ""); !ok {
-		return nil, false
-	}
-	s.lateReported = map[*attempt]int{}
-	var ackedAt *attempt
+	var ackedAt, last *attempt
 	ran := view{}
 	repeats := map[string]int{}
 	deliveries := 0
 	for deliveries < maxDeliveries && ackedAt == nil {
 		deliveries++
 		a := &attempt{label: fmt.Sprintf("delivery %d", deliveries)}
+		last = a
 		if check {
 			s.referenceAttempts = append(s.referenceAttempts, a)
 		}
@@ -59,9 +55,6 @@ func (s *session) reference(check bool) (*baseline, bool) {
 			return nil, false
 		}
 		v := a.view()
-		if deliveries == 1 && !s.usable(v) {
-			return nil, false
-		}
 		if v.ran && (a.err == nil || !v.duplicate) {
 			ran = v
 		}
@@ -69,30 +62,36 @@ func (s *session) reference(check bool) (*baseline, bool) {
 			ackedAt = a
 			break
 		}
-		// One delivery at a time races with nothing: a "retriable" error here comes from the
+		// One delivery at a time races with nothing: a transient error here comes from the
 		// handler itself, when it wrote on another connection and waited for its own inbox
 		// transaction (SQLite has one writer).
-		if s.c.Retriable(a.err) && len(v.during()) == 0 {
+		if s.transient(a.err) && len(v.during()) == 0 {
 			continue
 		}
 		sig := signature(a.err, b.consumer)
 		first := len(b.nacks) == 0
 		b.nacks[sig] = true
 		if check && first {
-			s.report(report{scenario: scenarioReference, attempt: a.label,
-				what: "the delivery of the message, with no failure injected, was nacked: " + a.err.Error(), cause: s.nackCause(v, a.err, a.panicked)})
+			s.report(Problem{Scenario: scenarioReference, Attempt: a.label,
+				What: "the delivery of the message, with no failure injected, was nacked: " + a.err.Error(), Cause: s.nackCause(v, a.err, a.panicked)})
 		}
 		if repeats[sig]++; repeats[sig] == maxRepeats {
 			break // it will not change
 		}
 	}
 	if ackedAt == nil {
-		s.report(report{scenario: scenarioReference, what: fmt.Sprintf("the message was not acked in %d deliveries; the other scenarios need one that is", deliveries)})
+		p := Problem{Scenario: scenarioReference,
+			What: fmt.Sprintf("the message was not acked in %d deliveries; the other scenarios need one that is", deliveries)}
+		if len(b.nacks) == 0 { // every nack was transient: say what they were
+			p.Details = []string{"the last nack (" + last.label + "): " + last.err.Error()}
+			p.Cause = "the store reports this error transient, and it does not pass: a table the store cannot use, a lock held elsewhere?"
+		}
+		s.report(p)
 		return nil, false
 	}
 	b.statements = ran.statements
 	if len(b.statements) == 0 {
-		s.report(report{scenario: scenarioReference, what: s.noStatements(ran)})
+		s.report(Problem{Scenario: scenarioReference, What: s.noStatements(ran)})
 		return nil, false
 	}
 	s.t.Logf("handlertest: reference: the handler ran %d statement(s) through the inbox transaction: %s",
@@ -101,29 +100,41 @@ func (s *session) reference(check bool) (*baseline, bool) {
 		return nil, false
 	}
 	if differences(b.after, b.before) == nil {
-		s.report(report{scenario: scenarioReference,
-			what: "Snapshot reads the same before and after the delivery: the kit cannot see what the handler does; make Snapshot read the rows the handler writes"})
+		s.report(Problem{Scenario: scenarioReference,
+			What: "Snapshot reads the same before and after the delivery: the kit cannot see what the handler does; make Snapshot read the rows the handler writes"})
 		return nil, false
 	}
 	b.produced = ackedAt.produced()
+	s.result.Produced = b.produced
 	if check {
+		s.checkRecorder(ackedAt)
 		s.reportLate()
 	}
 	return b, true
 }
 
-// usable checks that the kit can follow the store's transaction: a pgx.Tx, which it wraps,
-// or a transaction on a *sql.DB opened with OpenDB or on Connector (a *sql.Tx, or a data
-// layer's over one, sqlinbox.Config.Begin), whose connection it sees.
-func (s *session) usable(v view) bool {
+// checkRecorder reports the messages the acked delivery published through Config.Publisher
+// that never reached Options.Recorder: the inbox recorded them with the claim and sent them
+// through the publisher Config.Publisher wraps, which is another one.
+func (s *session) checkRecorder(a *attempt) {
 	s.t.Helper()
-	if s.writeBehind() || v.txType == "" || v.pgx || v.bound { // "": nothing was claimed
-		return true
+	if s.o.Recorder == nil {
+		return
 	}
-	s.report(report{scenario: scenarioReference,
-		what: fmt.Sprintf("the store's transaction is a %s on a *sql.DB the kit does not see: open the *sql.DB of the store "+
-			"and of the handler's repositories with handlertest.OpenDB, or with sql.OpenDB(handlertest.Connector(...))", v.txType)})
-	return false
+	recorded, ok := publishedIn(a.recordSent())
+	if !ok {
+		return // a record of another version: nothing to compare with
+	}
+	if _, missing := compareProduced(a.sent, recorded); len(missing) > 0 {
+		s.report(Problem{Scenario: scenarioReference, Attempt: a.label,
+			What:    fmt.Sprintf("the handler published %d message(s) through Config.Publisher that never reached Options.Recorder:", len(missing)),
+			Details: []string{"published elsewhere: " + describe(missing)}, Cause: causeElsewhere})
+		return
+	}
+	if len(a.sent) == 0 {
+		s.t.Logf("handlertest: reference: Options.Recorder saw no message: the handler published none through Config.Publisher " +
+			"(a message sent with a broker's publisher directly never passes the inbox, and the kit cannot see it)")
+	}
 }
 
 // noStatements says why a handler that ran no statement through the inbox transaction is
@@ -143,21 +154,4 @@ func (s *session) noStatements(v view) string {
 		msg += "; statements ran on other connections: " + strings.Join(first(v.outside, 3), "; ")
 	}
 	return msg
-}
-
-// reportLate reports the reference's uses of the inbox transaction after the handler
-// returned that it has not reported yet.
-func (s *session) reportLate() {
-	s.t.Helper()
-	for _, a := range s.referenceAttempts {
-		v := a.view()
-		if len(v.late) <= s.lateReported[a] {
-			continue
-		}
-		news := v.late[s.lateReported[a]:]
-		s.lateReported[a] = len(v.late)
-		s.report(report{scenario: scenarioReference, attempt: a.label,
-			what:    fmt.Sprintf("the inbox transaction was used after the handler returned (%d time(s)); the kit refused it:", len(news)),
-			details: first(news, 5), cause: causeLate})
-	}
 }

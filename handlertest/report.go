@@ -9,45 +9,20 @@ import (
 	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
-// report is one thing the kit found. Every report names the scenario, the step (the failure
-// injected) and the attempt, says what was seen, lists the difference and gives the
-// probable cause, so that a team can act without reading the kit.
-type report struct {
-	scenario string // "failures"
-	step     string // "statement 2 of 3 fails (INSERT ...)"
-	attempt  string // "attempt 1"
-	what     string
-	details  []string
-	cause    string
-}
-
-func (s *session) report(r report) {
+// report keeps p in the session's result and reports it with t.Errorf, with the run and
+// the seed that reproduce it.
+func (s *session) report(p Problem) {
 	s.t.Helper()
-	var b strings.Builder
-	b.WriteString("handlertest: " + r.scenario)
-	if r.step != "" {
-		b.WriteString(" (" + r.step + ")")
-	}
-	if r.attempt != "" {
-		b.WriteString(", " + r.attempt)
-	}
-	b.WriteString(": " + r.what)
-	for _, d := range r.details {
-		b.WriteString("\n\t" + d)
-	}
-	if r.cause != "" {
-		b.WriteString("\n\tprobable cause: " + r.cause)
-	}
-	fmt.Fprintf(&b, "\n\t(run %s, seed %d)", s.run, s.c.Seed)
-	s.t.Errorf("%s", b.String())
+	s.result.Problems = append(s.result.Problems, p)
+	s.t.Errorf("%s\n\t(run %s, seed %d)", p.String(), s.run, s.o.Seed)
 }
 
 // reportHang reports a delivery still in flight after the Deadline; the session stops.
 func (s *session) reportHang(scenario, step string, a *attempt) {
 	s.t.Helper()
-	s.report(report{scenario: scenario, step: step, attempt: a.label,
-		what: fmt.Sprintf("the delivery is still in flight after %s (%s); the run stops here", s.c.Deadline, a.currentPhase()),
-		cause: "a handler or a claim that waits for ever: a second connection from a pool the delivery's transaction holds, " +
+	s.report(Problem{Scenario: scenario, Step: step, Attempt: a.label,
+		What: fmt.Sprintf("the delivery is still in flight after %s (%s); the run stops here", s.o.Deadline, a.currentPhase()),
+		Cause: "a handler or a claim that waits for ever: a second connection from a pool the delivery's transaction holds, " +
 			"a lock another transaction keeps, a channel nobody sends on?"})
 }
 
@@ -57,6 +32,8 @@ const (
 	causeOutside        = "a write outside the inbox transaction: a repository on the pool?"
 	causeOutsideOrLate  = "a write outside the inbox transaction: a repository on the pool, or a goroutine that writes after the handler returned?"
 	causeLate           = "a goroutine that writes after the handler returned: write before returning, through the inbox transaction"
+	causeLateUnseen     = "a goroutine of an earlier delivery that writes after its handler returned (through the pool, whose statements the kit sees on database/sql only)?"
+	causeElsewhere      = "Config.Publisher wraps another publisher than Options.Recorder (the broker's?): build it with inbox.NewPublisher(recorder), and give the handler that Publisher"
 	causeNotQueued      = "a write outside inbox.ExecAtCommit: in write-behind mode the handler runs for every copy too, and only what it queues is dropped or rolled back (a repository on the pool?)"
 	causeNewUUID        = "a message published with a new UUID on each attempt: publish through inbox.NewPublisher (with the handler's context), or return the message"
 	causeNotRecorded    = "a message published outside inbox.NewPublisher (with the broker's publisher?): the inbox did not record it, so a copy does not send it again; publish through inbox.NewPublisher, or return the message"
@@ -71,7 +48,7 @@ const (
 // nackCause is the probable cause of a nack, from its error and what the attempt saw.
 func (s *session) nackCause(v view, err error, panicked any) string {
 	switch {
-	case s.c.Retriable(err) && len(v.during()) > 0:
+	case s.transient(err) && len(v.during()) > 0:
 		return causeOutside + " While the handler ran, these ran on other connections: " + strings.Join(first(v.during(), 3), "; ") +
 			"; they waited for the inbox transaction's own locks, which the handler holds (SQLite has one writer): the handler deadlocks with itself"
 	case v.ended != "" || errors.Is(err, inbox.ErrTxEndedByHandler):
@@ -147,7 +124,7 @@ func first(list []string, n int) []string {
 }
 
 // describe lists messages for a report.
-func describe(messages []Published) string {
+func describe(messages []Produced) string {
 	parts := make([]string, 0, len(messages))
 	for _, m := range messages {
 		topic := "returned"
@@ -161,8 +138,8 @@ func describe(messages []Published) string {
 
 // compareProduced returns the messages only got has and those only want has, matched by
 // topic, UUID and payload.
-func compareProduced(got, want []Published) (extra, missing []Published) {
-	id := func(m Published) string { return m.Topic + "\x00" + m.UUID + "\x00" + string(m.Payload) }
+func compareProduced(got, want []Produced) (extra, missing []Produced) {
+	id := func(m Produced) string { return m.Topic + "\x00" + m.UUID + "\x00" + string(m.Payload) }
 	left := map[string]int{}
 	for _, m := range want {
 		left[id(m)]++
@@ -184,7 +161,7 @@ func compareProduced(got, want []Published) (extra, missing []Published) {
 }
 
 // producedCause is the probable cause of produced messages that differ between copies.
-func producedCause(extra, missing []Published) string {
+func producedCause(extra, missing []Produced) string {
 	if len(extra) > 0 {
 		return causeNewUUID
 	}

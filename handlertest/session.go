@@ -8,6 +8,7 @@ import (
 	"fmt"
 	mathrand "math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -17,52 +18,103 @@ import (
 	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
-// session is one call of Run or of a scenario: the Case with its defaults, the kit's store
-// around the team's, and what the scenarios share.
+// tb is the part of testing.TB the kit calls.
+type tb interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
+}
+
+// session is one call of Run or of a scenario: the Case with the Options' defaults, the
+// kit's store around the team's, and what the scenarios share.
 type session struct {
-	t     TB
+	t     tb
 	c     Case
+	o     Options
 	store inbox.Store
 	run   string // random, in every consumer name: a rerun on a database that keeps its
 	// inbox rows claims afresh
 	rng *mathrand.Rand
 
+	ctx    context.Context // the caller's: Snapshot and Reset run under it
 	base   context.Context // of every delivery; cancelled when the session ends
 	cancel context.CancelFunc
 
-	stopped bool // a delivery hangs: nothing more runs
+	stopped bool // a delivery hangs, or ctx ended: nothing more runs
+	result  Result
 
-	// The reference delivery's attempts, checked again for late uses when the session ends
-	// (a goroutine may use the transaction after the reference's checks).
+	// Every attempt of the session, whose late uses of the inbox transaction and whose
+	// statements after the handler returned are reported when they are found (a goroutine
+	// may write long after its attempt's checks).
+	attemptsMu   sync.Mutex
+	attempts     []*attempt
+	lateReported map[*attempt]int
+	afterSeen    map[*attempt]int
+	// The reference delivery's attempts, whose late uses the reference scenario reports.
 	referenceAttempts []*attempt
-	lateReported      map[*attempt]int
 }
 
 // maxDeliveries bounds the redeliveries of one message in a sequential scenario, as a
 // broker's redelivery limit would.
 const maxDeliveries = 10
 
-func start(t TB, c Case) (*session, bool) {
+// start checks the input and the store, and returns the session; false: a problem of the
+// input, in the session's result, stops the run before any delivery.
+func start(ctx context.Context, t tb, c Case, opts *Options) (*session, bool) {
 	t.Helper()
-	if err := c.validate(); err != nil {
-		t.Errorf("%v", err)
-		return nil, false
-	}
-	c.setDefaults()
+	o := opts.settings()
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
-	s := &session{t: t, c: c, store: wrapStore(c.Store), run: hex.EncodeToString(id),
-		rng: mathrand.New(mathrand.NewPCG(c.Seed, c.Seed>>1)), lateReported: map[*attempt]int{}}
-	s.base, s.cancel = context.WithCancel(context.Background())
+	s := &session{t: t, c: c, o: o, run: hex.EncodeToString(id), ctx: ctx,
+		rng:          mathrand.New(mathrand.NewPCG(o.Seed, o.Seed>>1)),
+		lateReported: map[*attempt]int{}, afterSeen: map[*attempt]int{}}
+	s.result.Seed = o.Seed
+	if found := problems(ctx, c, opts); len(found) > 0 {
+		for _, p := range found {
+			s.report(p)
+		}
+		return s, false
+	}
+	s.store = wrapStore(c.Store)
+	s.base, s.cancel = context.WithCancel(ctx)
+	if c.Config.ConsumerByHandler != nil {
+		s.t.Logf("handlertest: Config.ConsumerByHandler is not used (it needs a router); every scenario claims under %q", s.consumer("<scenario>"))
+	}
+	if !s.followsStore() {
+		s.cancel()
+		return s, false
+	}
 	return s, true
 }
 
-// finish reports the reference's late uses that came after its checks, and ends the
-// contexts of the session's deliveries.
-func (s *session) finish() {
+// end reports the late uses and writes found since the last look, and ends the contexts of
+// the session's deliveries.
+func (s *session) end() Result {
 	s.t.Helper()
 	s.reportLate()
 	s.cancel()
+	return s.result
+}
+
+// goingOn reports whether the run goes on: no delivery hangs and ctx has not ended.
+func (s *session) goingOn() bool {
+	s.t.Helper()
+	if s.stopped {
+		return false
+	}
+	if err := s.ctx.Err(); err != nil {
+		s.stopped = true
+		s.report(Problem{What: "the context ended before every scenario ran: " + err.Error()})
+		return false
+	}
+	return true
+}
+
+// transient reports whether a redelivery is expected to get past err, by the store's own
+// classification: what production's retry middleware redelivers.
+func (s *session) transient(err error) bool {
+	classifier, ok := s.c.Store.(interface{ IsTransient(err error) bool })
+	return ok && err != nil && classifier.IsTransient(err)
 }
 
 func (s *session) writeBehind() bool { return s.c.Config.WriteBehind }
@@ -96,7 +148,7 @@ func (s *session) handler(scenario, consumer string) (message.HandlerFunc, bool)
 		if errors.Is(err, cause.PublisherMismatch) {
 			why = "Config.Publisher was used by a middleware on another store: give the kit an inbox.Publisher of its own (inbox.NewPublisher(recorder))"
 		}
-		s.report(report{scenario: scenario, what: "inbox.NewMiddleware refused Case.Config: " + err.Error(), cause: why})
+		s.report(Problem{Scenario: scenario, What: "inbox.NewMiddleware refused Case.Config: " + err.Error(), Cause: why})
 		return nil, false
 	}
 	return mw(s.runHandler), true
@@ -142,7 +194,7 @@ func (s *session) deliver(h message.HandlerFunc, a *attempt) bool {
 		defer close(done)
 		s.deliverNow(s.base, h, a)
 	}()
-	timer := time.NewTimer(s.c.Deadline)
+	timer := time.NewTimer(s.o.Deadline)
 	defer timer.Stop()
 	select {
 	case <-done:
@@ -155,15 +207,16 @@ func (s *session) deliver(h message.HandlerFunc, a *attempt) bool {
 
 // deliverNow runs one delivery in the calling goroutine.
 func (s *session) deliverNow(ctx context.Context, h message.HandlerFunc, a *attempt) {
+	s.track(a)
 	msg := s.message()
 	msg.SetContext(withAttempt(ctx, a))
-	mark := s.c.Recorder.mark()
+	mark := s.o.Recorder.mark()
 	defer func() {
 		if r := recover(); r != nil {
 			a.panicked = r
 			a.err = fmt.Errorf("panic: %v", r)
 		}
-		a.sent = s.c.Recorder.since(mark)
+		a.sent = s.o.Recorder.since(mark)
 		a.setPhase(phaseDone)
 	}()
 	a.returned, a.err = h(msg)
@@ -179,7 +232,7 @@ const (
 )
 
 // redeliver delivers the message through h until it is acked, redelivering what a
-// redelivery fixes (Retriable) and what the reference delivery also got (b.tolerates): the
+// redelivery fixes (transient) and what the reference delivery also got (b.tolerates): the
 // reference scenario reports those. It returns the last attempt.
 func (s *session) redeliver(h message.HandlerFunc, label string, b *baseline, consumer string) (*attempt, outcome) {
 	var a *attempt
@@ -194,7 +247,7 @@ func (s *session) redeliver(h message.HandlerFunc, label string, b *baseline, co
 		if a.err == nil {
 			return a, acked
 		}
-		if !s.c.Retriable(a.err) && !b.tolerates(a.err, consumer) {
+		if !s.transient(a.err) && !b.tolerates(a.err, consumer) {
 			return a, nacked
 		}
 	}
@@ -219,35 +272,61 @@ func (s *session) snapshot(scenario, step string) (any, bool) {
 		return err
 	})
 	if err != nil {
-		s.report(report{scenario: scenario, step: step, what: "Case.Snapshot failed: " + err.Error()})
+		s.report(Problem{Scenario: scenario, Step: step, What: "Case.Snapshot failed: " + err.Error()})
 		return nil, false
 	}
 	return v, true
 }
 
-// resetTo calls Case.Reset and checks that Snapshot then reads the state of before the
-// first delivery.
-func (s *session) resetTo(scenario, step string, b *baseline) bool {
+// reset calls Case.Reset, then Snapshot, reporting a failure of either.
+func (s *session) reset(scenario, step string) (any, bool) {
 	s.t.Helper()
 	if err := s.call(s.c.Reset); err != nil {
-		s.report(report{scenario: scenario, step: step, what: "Case.Reset failed: " + err.Error()})
-		return false
+		s.report(Problem{Scenario: scenario, Step: step, What: "Case.Reset failed: " + err.Error()})
+		return nil, false
 	}
-	now, ok := s.snapshot(scenario, step)
+	return s.snapshot(scenario, step)
+}
+
+// resetTo calls Case.Reset and checks that Snapshot then reads the state of before the
+// first delivery. Rows that a second Reset removes were written between Reset and
+// Snapshot, by a goroutine of an earlier delivery: the kit names it, not the Reset, and
+// goes on from the state the second Reset left.
+func (s *session) resetTo(scenario, step string, b *baseline) bool {
+	s.t.Helper()
+	now, ok := s.reset(scenario, step)
 	if !ok {
 		return false
 	}
-	if diff := differences(now, b.before); diff != nil {
-		s.report(report{scenario: scenario, step: step, what: "after Case.Reset, Snapshot does not read what it read before the first delivery:",
-			details: diff, cause: "a Reset that leaves some of the handler's rows (a table it does not empty?)"})
+	diff := differences(now, b.before)
+	if diff == nil {
+		return true
+	}
+	named := s.reportLate() // what the kit saw of the goroutine, before anything else
+	again, ok := s.reset(scenario, step)
+	if !ok {
 		return false
 	}
-	return true
+	if differences(again, b.before) == nil {
+		if !named {
+			s.report(Problem{Scenario: scenario, Step: step,
+				What:    "after Case.Reset, Snapshot read rows that a second Case.Reset removed: they were written between the Reset and the Snapshot:",
+				Details: diff, Cause: s.lateWriteCause()})
+		}
+		return true
+	}
+	cause := "a Reset that leaves some of the handler's rows (a table it does not empty?)"
+	if named {
+		cause += ", or the goroutine reported above, still writing"
+	}
+	s.report(Problem{Scenario: scenario, Step: step, What: "after Case.Reset, Snapshot does not read what it read before the first delivery:",
+		Details: diff, Cause: cause})
+	return false
 }
 
 // call runs one of the team's functions with a bound, turning a panic into an error.
 func (s *session) call(f func(ctx context.Context) error) (err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.c.Deadline)
+	ctx, cancel := context.WithTimeout(s.ctx, s.o.Deadline)
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
@@ -257,12 +336,12 @@ func (s *session) call(f func(ctx context.Context) error) (err error) {
 	return f(ctx)
 }
 
-// probe calls Case.Probe, turning a panic into an error.
+// probe calls Options.Probe, turning a panic into an error.
 func (s *session) probe() (keys []string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("Case.Probe panicked: %v", r)
+			err = fmt.Errorf("Options.Probe panicked: %v", r)
 		}
 	}()
-	return s.c.Probe(), nil
+	return s.o.Probe(), nil
 }

@@ -62,6 +62,7 @@ func (s writeBehindStore) ClaimAndCommit(ctx context.Context, claim inbox.Claim,
 	}
 	a.setPhase(phaseEnding)
 	defer a.setPhase(phaseDone)
+	a.recorded(produced)
 	statements = a.writeBehind(statements)
 	prior, err := wb.ClaimAndCommit(ctx, claim, statements, produced)
 	if prior != nil {
@@ -120,6 +121,7 @@ func (t *tx) Handle() any { return t.driver }
 func (t *tx) Commit(ctx context.Context, produced []byte) error {
 	t.a.setPhase(phaseEnding)
 	defer t.a.setPhase(phaseDone)
+	t.a.recorded(produced)
 	if t.a.inject.kind == injectCommit {
 		t.a.mu.Lock()
 		t.a.reached = true

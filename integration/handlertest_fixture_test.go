@@ -49,6 +49,9 @@ type kitFixture struct {
 	// background holds the goroutines the buggy handlers leave; Snapshot and Reset settle
 	// them first, so that what they write is there when the kit reads.
 	background background
+	// afterReset holds goroutines that write at the worst moment: once Reset has deleted
+	// the rows, before the kit's Snapshot reads them.
+	afterReset background
 }
 
 // background runs goroutines that a handler leaves behind at the latest moment the kit can
@@ -167,7 +170,7 @@ var kitBackends = []struct {
 	}},
 	{"database-sql/sqlite", func(t *testing.T) *kitFixture {
 		// A short busy timeout: a copy that waits for another's lock longer is nacked with
-		// SQLITE_BUSY and redelivered (DefaultRetriable), and a handler that writes through
+		// SQLITE_BUSY and redelivered (the store reports it transient), and a handler that writes through
 		// the pool while it holds the inbox transaction fails fast instead of waiting for
 		// itself.
 		dsn := "file:" + filepath.Join(t.TempDir(), "kit.db") + "?_pragma=busy_timeout(250)&_pragma=journal_mode(WAL)"
@@ -321,8 +324,8 @@ func (f *kitFixture) finish(t *testing.T, inboxTable string) {
 	}
 }
 
-// kitCase is the Case a team would write for handler h on f.
-func (f *kitFixture) kitCase(t *testing.T, h message.HandlerFunc, writeBehind bool) handlertest.Case {
+// kitCase is the Case and the Options a team would write for handler h on f.
+func (f *kitFixture) kitCase(t *testing.T, h message.HandlerFunc, writeBehind bool) (handlertest.Case, *handlertest.Options) {
 	return handlertest.Case{
 		Handler:  h,
 		Store:    f.store,
@@ -330,9 +333,7 @@ func (f *kitFixture) kitCase(t *testing.T, h message.HandlerFunc, writeBehind bo
 		Message:  kitMessage(t),
 		Snapshot: f.snapshot,
 		Reset:    f.reset,
-		Recorder: f.recorder,
-		Probe:    f.payments.seen,
-	}
+	}, &handlertest.Options{Recorder: f.recorder, Probe: f.payments.seen}
 }
 
 func (f *kitFixture) snapshot(ctx context.Context) (any, error) {
@@ -358,16 +359,18 @@ func (f *kitFixture) reset(ctx context.Context) error {
 			return err
 		}
 	}
+	f.afterReset.settle()
 	return nil
 }
 
 // insert is the statement that writes an order's row into table, with ? placeholders.
 func insert(table string) string { return "INSERT INTO " + table + " (order_id, cents) VALUES (?, ?)" }
 
-// recordingTB is a handlertest.TB that keeps what the kit reports, so that the tests can
-// assert the exact messages.
+// recordingTB is the test's testing.TB keeping what the kit reports instead of failing the
+// test, so that the tests can assert the exact messages: the kit calls only Helper, Errorf
+// and Logf.
 type recordingTB struct {
-	t      *testing.T
+	testing.TB
 	mu     sync.Mutex
 	errors []string
 	logs   []string

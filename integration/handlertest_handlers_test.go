@@ -158,6 +158,38 @@ func (f *kitFixture) auditInAGoroutine() message.HandlerFunc {
 	}})
 }
 
+// auditAfterTheNextReset is auditInAGoroutine whose goroutine writes once the kit's next
+// Reset has deleted the rows, before its Snapshot reads them.
+func (f *kitFixture) auditAfterTheNextReset() message.HandlerFunc {
+	return f.buggy(buggy{start: func(ctx context.Context, o order) {
+		f.afterReset.later(func() {
+			_ = f.pool.exec(context.WithoutCancel(ctx), insert(f.audit), o.OrderID, o.Cents)
+		})
+	}})
+}
+
+// publishesElsewhere publishes InvoiceIssued through an inbox.Publisher of its own, over
+// another publisher than the Recorder (the broker's, in production), which it also gives
+// the middleware as Config.Publisher.
+func (f *kitFixture) publishesElsewhere(publisher *inbox.Publisher) message.HandlerFunc {
+	return f.buggy(buggy{publish: func(msg *message.Message, o order) error {
+		event := message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":"`+o.OrderID+`"}`))
+		event.SetContext(msg.Context())
+		return publisher.Publish("invoices", event)
+	}})
+}
+
+// chargesLargeOrders is the correct handler, but for its external call: it charges the
+// payment client only for orders above 10,000 cents, which the kit's order is not.
+func (f *kitFixture) chargesLargeOrders() message.HandlerFunc {
+	return f.buggy(buggy{charge: func(ctx context.Context) {}, start: func(ctx context.Context, o order) {
+		if o.Cents > 10_000 {
+			key, _ := inbox.KeyFromContext(ctx)
+			f.payments.charge(key)
+		}
+	}})
+}
+
 // auditInAGoroutineThroughTheTx is auditInAGoroutine writing through the inbox transaction
 // it took from the context.
 func (f *kitFixture) auditInAGoroutineThroughTheTx() message.HandlerFunc {

@@ -21,7 +21,7 @@ import (
 // kitScenarios are the kit's scenarios as functions, by the name their reports start with.
 var kitScenarios = []struct {
 	name string
-	run  func(handlertest.TB, handlertest.Case)
+	run  func(context.Context, testing.TB, handlertest.Case, *handlertest.Options) handlertest.Result
 }{
 	{"reference", handlertest.Reference},
 	{"copies", handlertest.Copies},
@@ -62,8 +62,9 @@ func TestHandlerKitPassesCorrectHandlers(t *testing.T) {
 			for _, m := range kitModes {
 				t.Run(m.name, func(t *testing.T) {
 					f := b.open(t)
-					rec := &recordingTB{t: t}
-					took := timed(func() { handlertest.Run(rec, f.kitCase(t, f.billing(m.mode), m.writeBehind)) })
+					rec := &recordingTB{TB: t}
+					c, opts := f.kitCase(t, f.billing(m.mode), m.writeBehind)
+					took := timed(func() { handlertest.Run(t.Context(), rec, c, opts) })
 					for _, r := range rec.reports() {
 						t.Errorf("a correct handler was reported:\n%s", r)
 					}
@@ -90,6 +91,9 @@ var buggyHandlers = []struct {
 	// sqlWant, if set, adds texts on database/sql, where the kit sees the statements on the
 	// pool's other connections and names them.
 	sqlWant func(f *kitFixture) []string
+	// sqlCaughtBy, if set, replaces caughtBy on database/sql, where those statements are
+	// seen by the reference delivery too.
+	sqlCaughtBy []string
 	// onSQLite, if set, replaces caughtBy and want on SQLite, where the handler's own
 	// statements on another connection wait for its inbox transaction: the reference
 	// delivery is never acked, so the run stops there, and each scenario alone reports it.
@@ -140,9 +144,14 @@ var buggyHandlers = []struct {
 			}
 		},
 		sqlWant: func(f *kitFixture) []string {
-			return []string{"probable cause: a goroutine that writes after the handler returned: write before returning, through the inbox transaction; " +
-				"these ran after it returned: " + f.placeholders(insert(f.audit)) + " (after the handler returned)"}
+			return []string{
+				"handlertest: reference, delivery 1: after the handler returned, 1 statement(s) ran with the message's context outside the inbox transaction:\n\t" +
+					f.placeholders(insert(f.audit)) + "\n\tprobable cause: a goroutine that writes after the handler returned",
+				"probable cause: a goroutine that writes after the handler returned: write before returning, through the inbox transaction; " +
+					"these ran after it returned: " + f.placeholders(insert(f.audit)) + " (after the handler returned)",
+			}
 		},
+		sqlCaughtBy: []string{"failures", "reference"},
 	},
 	{
 		name: "writes in a goroutine after returning, through the inbox transaction", handler: (*kitFixture).auditInAGoroutineThroughTheTx,
@@ -200,15 +209,18 @@ func TestHandlerKitCatchesBuggyHandlers(t *testing.T) {
 				if !f.pgx && bug.sqlWant != nil {
 					want = append(want, bug.sqlWant(f)...)
 				}
+				if !f.pgx && bug.sqlCaughtBy != nil {
+					caughtBy, alone = bug.sqlCaughtBy, bug.sqlCaughtBy
+				}
 				if f.sqlite && bug.onSQLite != nil {
 					caughtBy, want, alone = []string{"reference"}, bug.onSQLite(f), nil
 					for _, s := range kitScenarios {
 						alone = append(alone, s.name)
 					}
 				}
-				c := f.kitCase(t, bug.handler(f), false)
-				rec := &recordingTB{t: t}
-				took := timed(func() { handlertest.Run(rec, c) })
+				c, opts := f.kitCase(t, bug.handler(f), false)
+				rec := &recordingTB{TB: t}
+				took := timed(func() { handlertest.Run(t.Context(), rec, c, opts) })
 				reports := rec.reports()
 				if got := scenariosOf(reports); !slices.Equal(got, caughtBy) {
 					t.Errorf("reported by %q, want %q", got, caughtBy)
@@ -222,8 +234,8 @@ func TestHandlerKitCatchesBuggyHandlers(t *testing.T) {
 				t.Logf("every scenario in %s, %d report(s):\n%s", took.Round(time.Millisecond), len(reports), all)
 
 				for _, s := range kitScenarios {
-					rec := &recordingTB{t: t}
-					s.run(rec, c)
+					rec := &recordingTB{TB: t}
+					s.run(t.Context(), rec, c, opts)
 					caught := len(rec.reports()) > 0
 					if want := slices.Contains(alone, s.name); caught != want {
 						t.Errorf("%s alone: reported %v, want %v:\n%s", s.name, caught, want, strings.Join(rec.reports(), "\n"))
@@ -254,8 +266,9 @@ func TestHandlerKitRefusesAHandlerThatNeverUsesTheTransaction(t *testing.T) {
 				// The claim holds SQLite's one write lock: the pool's write waits for it.
 				tc.want = "handlertest: reference, delivery 1: the delivery of the message, with no failure injected, was nacked: database is locked"
 			}
-			rec := &recordingTB{t: t}
-			handlertest.Run(rec, f.kitCase(t, tc.handler, tc.writeBehind))
+			rec := &recordingTB{TB: t}
+			c, opts := f.kitCase(t, tc.handler, tc.writeBehind)
+			handlertest.Run(t.Context(), rec, c, opts)
 			if reports := rec.reports(); len(reports) == 0 || !strings.HasPrefix(reports[0], tc.want) {
 				t.Errorf("%s: reports %q, want the first starting %q", tc.name, reports, tc.want)
 			}
@@ -291,10 +304,10 @@ func TestHandlerKitReportsAFailingSnapshotOrReset(t *testing.T) {
 				c.Reset = func(context.Context) error { return errBroken }
 			}, "handlertest: reference: Case.Reset failed: broken"},
 		} {
-			c := f.kitCase(t, f.billing(throughTx), false)
+			c, opts := f.kitCase(t, f.billing(throughTx), false)
 			tc.change(&c)
-			rec := &recordingTB{t: t}
-			handlertest.Run(rec, c)
+			rec := &recordingTB{TB: t}
+			handlertest.Run(t.Context(), rec, c, opts)
 			if reports := rec.reports(); len(reports) != 1 || !strings.HasPrefix(reports[0], tc.want) {
 				t.Errorf("%s: reports %q, want one starting %q", tc.name, reports, tc.want)
 			}
@@ -307,9 +320,10 @@ func TestHandlerKitReportsAFailingSnapshotOrReset(t *testing.T) {
 func TestHandlerKitRefusesASQLStoreItCannotSee(t *testing.T) {
 	db := openSQL(t, "sqlite", "file:"+filepath.Join(t.TempDir(), "plain.db")+"?_pragma=busy_timeout(10000)")
 	f := sqlKitFixture(t, "database-sql/sqlite, plain", db, sqlinbox.SQLite(), sqlinbox.Config{})
-	rec := &recordingTB{t: t}
-	handlertest.Run(rec, f.kitCase(t, f.billing(throughTx), false))
-	want := "handlertest: reference: the store's transaction is a *sql.Tx on a *sql.DB the kit does not see: " +
+	rec := &recordingTB{TB: t}
+	c, opts := f.kitCase(t, f.billing(throughTx), false)
+	handlertest.Run(t.Context(), rec, c, opts)
+	want := "handlertest: the store's transaction is a *sql.Tx on a *sql.DB the kit does not see: " +
 		"open the *sql.DB of the store and of the handler's repositories with handlertest.OpenDB"
 	if reports := rec.reports(); len(reports) != 1 || !strings.HasPrefix(reports[0], want) {
 		t.Errorf("reports %q, want one starting %q", reports, want)
@@ -326,7 +340,7 @@ func TestHandlerKitFollowsConfigBeginOnlyOnItsOwnPool(t *testing.T) {
 		want string
 	}{
 		{"plain pool", func(t *testing.T, path string) *sql.DB { return openSQL(t, "sqlite", "file:"+path) },
-			"handlertest: reference: the store's transaction is a *integration.appTx on a *sql.DB the kit does not see"},
+			"handlertest: the store's transaction is a *integration.appTx on a *sql.DB the kit does not see"},
 		{"the kit's pool", func(t *testing.T, path string) *sql.DB {
 			db, err := handlertest.OpenDB("sqlite", "file:"+path)
 			if err != nil {
@@ -338,8 +352,8 @@ func TestHandlerKitFollowsConfigBeginOnlyOnItsOwnPool(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			db := c.open(t, filepath.Join(t.TempDir(), "begin.db")+"?_pragma=busy_timeout(250)")
 			f := sqlKitFixture(t, "database-sql/sqlite, Config.Begin", db, sqlinbox.SQLite(), sqlinbox.Config{Begin: beginApp(db)})
-			rec := &recordingTB{t: t}
-			kc := f.kitCase(t, func(msg *message.Message) ([]*message.Message, error) {
+			rec := &recordingTB{TB: t}
+			kc, opts := f.kitCase(t, func(msg *message.Message) ([]*message.Message, error) {
 				tx, ok := inbox.TxFromContext[*appTx](msg.Context())
 				if !ok {
 					return nil, errNoTx
@@ -347,8 +361,8 @@ func TestHandlerKitFollowsConfigBeginOnlyOnItsOwnPool(t *testing.T) {
 				_, err := tx.ExecContext(msg.Context(), "INSERT INTO "+f.invoices+" (order_id, cents) VALUES (?, ?)", msg.UUID, 1250)
 				return nil, err
 			}, false)
-			kc.Probe = nil // the handler calls no external system
-			handlertest.Run(rec, kc)
+			opts.Probe = nil // the handler calls no external system
+			handlertest.Run(t.Context(), rec, kc, opts)
 			reports := rec.reports()
 			switch {
 			case c.want == "" && len(reports) > 0:
@@ -370,7 +384,7 @@ func TestHandlerKitReportsConcurrentCopiesThatHang(t *testing.T) {
 	stuck := make(chan struct{})
 	t.Cleanup(func() { close(stuck) }) // runs before the tables are dropped
 	correct := f.billing(throughTx)
-	c := f.kitCase(t, func(msg *message.Message) ([]*message.Message, error) {
+	c, opts := f.kitCase(t, func(msg *message.Message) ([]*message.Message, error) {
 		mu.Lock()
 		runs++
 		blocks := runs > 1 // the reference runs first
@@ -380,9 +394,9 @@ func TestHandlerKitReportsConcurrentCopiesThatHang(t *testing.T) {
 		}
 		return correct(msg)
 	}, false)
-	c.Deadline = 300 * time.Millisecond
-	rec := &recordingTB{t: t}
-	handlertest.Concurrent(rec, c) // returns: a hang is reported, not waited for
+	opts.Deadline = 300 * time.Millisecond
+	rec := &recordingTB{TB: t}
+	handlertest.Concurrent(t.Context(), rec, c, opts) // returns: a hang is reported, not waited for
 	all := strings.Join(rec.reports(), "\n")
 	for _, want := range []string{
 		"handlertest: concurrent: 4 of 4 copies still in flight after 300ms:",

@@ -84,7 +84,7 @@ func withQuery(t *testing.T, rawURL, key, value string) string {
 // pooler, which has 4 to the server.
 func TestPoolerChaosExactlyOneInvoicePerOrder(t *testing.T) {
 	poolerURL := testenv.PgBouncerURL(t, poolerServerConns)
-	orders := max(chaosOrders(t)/4, 200)
+	orders := max(chaosOrders(t)/2, 200)
 	pgxMode := func(mode pgx.QueryExecMode, writeBehind bool) func(t *testing.T) *chaosDB {
 		return func(t *testing.T) *chaosDB {
 			db := chaosPgxAt(t, poolerURL, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })

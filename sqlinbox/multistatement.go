@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/internal/txmark"
 )
 
 // NewMultiStatement opens a pool on connector and returns a store on it that sends each
@@ -171,7 +172,7 @@ func (s *multiSession) commit(ctx context.Context, statements []statement) (int,
 
 func (s *multiSession) run(ctx context.Context, statements []statement) (int, error) {
 	text, args := request(s.pool.beginText, statements, sqlCommit)
-	if _, err := s.conn.ExecContext(ctx, text, args...); err != nil {
+	if _, err := s.conn.ExecContext(txmark.With(ctx, txmark.Begins|txmark.Ends), text, args...); err != nil {
 		return failedUnknown, err
 	}
 	return 0, nil
@@ -182,7 +183,7 @@ func (s *multiSession) rollback(context.Context) error { return sqlEnded(s.tx.Ro
 // rollbackAndSelect sends ROLLBACK and the read of the committed claim as one request.
 func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
 	ctx = context.WithoutCancel(ctx) // the transaction must end, whatever happens to ctx
-	rows, err := s.conn.QueryContext(ctx, sqlRollback+requestSeparator+query, args...)
+	rows, err := s.conn.QueryContext(txmark.With(ctx, txmark.Ends), sqlRollback+requestSeparator+query, args...)
 	if err != nil {
 		discard(s.conn)
 		return nil, fmt.Errorf("sqlinbox: rollback: %w", err)
@@ -208,7 +209,7 @@ func (s *multiSession) abort(ctx context.Context, cause error) error {
 		}
 		return cause
 	}
-	if _, err := s.conn.ExecContext(ctx, sqlRollback); err != nil {
+	if _, err := s.conn.ExecContext(txmark.With(ctx, txmark.Ends), sqlRollback); err != nil {
 		discard(s.conn)
 		return errors.Join(cause, fmt.Errorf("sqlinbox: rollback: %w", err))
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/inboxkit/watermill-inbox/internal/txmark"
 )
 
 // multiStatementConnector wraps the driver's connector for NewMultiStatement's pool. Its
@@ -14,7 +16,9 @@ import (
 // and end an adopted transaction with a request that ends in COMMIT: database/sql sends a
 // transaction's BEGIN and its COMMIT each on its own, and only a connection the store owns
 // can put them into a request. Transactions that anything else begins on the pool are the
-// driver's own, unchanged.
+// driver's own, unchanged. The store's requests that begin or end a transaction carry a
+// txmark in their context, so that a connector the driver's is wrapped in (the handler
+// kit's) knows where the transaction begins and ends without reading the SQL.
 type multiStatementConnector struct{ connector driver.Connector }
 
 func (c *multiStatementConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -76,7 +80,7 @@ func (c *multiStatementConn) beginWith(ctx context.Context, request string, args
 			return fmt.Errorf("sqlinbox: argument %d: %w", i+1, err)
 		}
 	}
-	if _, err := c.execDriver(ctx, request, named); err != nil {
+	if _, err := c.execDriver(txmark.With(ctx, txmark.Begins), request, named); err != nil {
 		if errors.Is(err, driver.ErrSkip) {
 			return errNeedsMultiStatements
 		}
@@ -138,7 +142,7 @@ func (c *multiStatementConn) ExecContext(ctx context.Context, query string, args
 	if c.tx == nil || c.tx.committed {
 		return nil, errors.New("sqlinbox: commit request outside a transaction the store began")
 	}
-	result, err := c.execDriver(ctx, query+requestSeparator+sqlCommit, args[:len(args)-1])
+	result, err := c.execDriver(txmark.With(ctx, txmark.Ends), query+requestSeparator+sqlCommit, args[:len(args)-1])
 	if errors.Is(err, driver.ErrSkip) {
 		return nil, errNeedsMultiStatements
 	}
@@ -217,6 +221,6 @@ func (t *multiStatementTx) end(statement string) error {
 	}
 	// No context: database/sql ends a transaction with none (it watches the one the
 	// transaction began with itself).
-	_, err := t.c.execDriver(context.Background(), statement, nil)
+	_, err := t.c.execDriver(txmark.With(context.Background(), txmark.Ends), statement, nil)
 	return err
 }

@@ -213,6 +213,19 @@ func queryOne(ctx context.Context, q querier, query string, key any) (bool, erro
 	return err == nil && got.Valid && got.Int64 == 1, err
 }
 
+// query runs the lock's take statement, which returns 1 if the lock is held. It is not cut
+// short by ctx: a driver interrupts a statement by closing its connection, and the server
+// would drop the lock only once it noticed, after the pass returned. A cancelled pass sends
+// no more of them, stops at its next batch and releases the lock instead.
+func (l *cleanupLock) query(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return queryOne(ctx, l.session, l.take, l.key)
+}
+
 // releaseLock releases a session lock; an error means the connection it lives on must be
 // closed, which releases it.
 func (l *cleanupLock) releaseLock(ctx context.Context) error {
@@ -232,7 +245,7 @@ func (l *cleanupLock) releaseLock(ctx context.Context) error {
 // (nil: none).
 func (s *Store) pass(ctx context.Context, batches querier, lock *cleanupLock, args []any, config passConfig) (int64, error) {
 	if lock != nil {
-		held, err := queryOne(ctx, lock.session, lock.take, lock.key)
+		held, err := lock.query(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("sqlinbox: cleanup: take the lock: %w", err)
 		}
@@ -260,7 +273,7 @@ func (s *Store) pass(ctx context.Context, batches querier, lock *cleanupLock, ar
 		if lock != nil && lock.recheck {
 			// Taking the lock again in the transaction that holds it succeeds: the transaction
 			// is alive and still holds the lock.
-			held, err := queryOne(ctx, lock.session, lock.take, lock.key)
+			held, err := lock.query(ctx)
 			if err == nil && !held {
 				err = errors.New("the lock's transaction no longer holds it")
 			}

@@ -69,15 +69,14 @@ func TestHandlers(t *testing.T) {
 				t.Fatal(err)
 			}
 			msg.UUID = h.name + "-order-1" // the same key in every run
-			handlertest.Run(t, handlertest.Case{
+			handlertest.Run(t.Context(), t, handlertest.Case{
 				Handler:  h.handler(a),
 				Store:    a.Store,
 				Config:   inbox.Config{Consumer: Consumers[h.name], Publisher: a.Publisher},
 				Message:  msg,
 				Snapshot: a.books,
 				Reset:    a.deleteRows,
-				Recorder: recorder,
-			})
+			}, &handlertest.Options{Recorder: recorder})
 		})
 	}
 }

@@ -58,7 +58,7 @@ func TestHandleOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	handle := handleOrder(invoiceTable)
-	handlertest.Run(t, handlertest.Case{
+	handlertest.Run(t.Context(), t, handlertest.Case{
 		Handler: func(msg *message.Message) ([]*message.Message, error) { return nil, handle(msg) },
 		Store:   store,
 		Config:  inbox.Config{Consumer: "billing"},
@@ -75,5 +75,5 @@ func TestHandleOrder(t *testing.T) {
 			_, err := pool.Exec(ctx, "DELETE FROM "+invoiceTable)
 			return err
 		},
-	})
+	}, nil)
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,9 +26,12 @@ import (
 // No subscriber closes while JetStream may still deliver, because of watermill-nats'
 // close race (README.md): the subscribers are not restarted mid-run (the ack timeout is the
 // redelivery a dead consumer gets anyway), and the router closes only once the durable
-// consumer has nothing pending and nothing awaiting an ack. Without that wait, extra copies
-// of committed orders, and redeliveries of deliveries that outlived the 2 s ack wait on a
-// loaded machine, could arrive during the close.
+// consumer has nothing pending and nothing awaiting an ack, and every delivery JetStream made
+// has come out of a subscriber. Without that wait, extra copies of committed orders, and
+// redeliveries of deliveries that outlived the 2 s ack wait on a loaded machine, could arrive
+// during the close. The last count is for a redelivery sent just before the delivery it
+// repeats was acked: JetStream then counts nothing pending, yet the redelivery is still on
+// its way to a subscriber.
 func TestNATSJetStream(t *testing.T) {
 	natsURL := testenv.NATSURL(t)
 	pool := e2e.Pool(t)
@@ -51,6 +56,8 @@ func TestNATSJetStream(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// received counts the deliveries that came out of the subscribers (countingSubscriber).
+	var received atomic.Uint64
 	publisher, err := wmjetstream.NewPublisher(wmjetstream.PublisherConfig{URL: natsURL, Logger: watermill.NopLogger{}})
 	if err != nil {
 		t.Fatal(err)
@@ -65,12 +72,12 @@ func TestNATSJetStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return sub
+			return countingSubscriber{sub, &received}
 		},
 		Workers:   3,
 		Crashes:   2,
 		NoRestart: true,
-		Drained:   consumerDrained(js, stream.Name),
+		Drained:   consumerDrained(js, stream.Name, &received),
 	})
 	// What was published to the dotted subject is in the stream named apart, once each.
 	info, err := js.Stream(t.Context(), stream.Name)
@@ -83,8 +90,9 @@ func TestNATSJetStream(t *testing.T) {
 }
 
 // consumerDrained reports whether the durable consumer billing of stream has nothing pending
-// and nothing awaiting an ack: JetStream has nothing left to deliver to its subscribers.
-func consumerDrained(js jetstream.JetStream, stream string) func(*testing.T) bool {
+// and nothing awaiting an ack, and received counts every delivery it made: JetStream has
+// nothing left to deliver to its subscribers, and nothing is on its way to one.
+func consumerDrained(js jetstream.JetStream, stream string, received *atomic.Uint64) func(*testing.T) bool {
 	return func(t *testing.T) bool {
 		consumer, err := js.Consumer(t.Context(), stream, "billing")
 		if err != nil {
@@ -94,8 +102,35 @@ func consumerDrained(js jetstream.JetStream, stream string) func(*testing.T) boo
 		if err != nil {
 			t.Fatalf("durable consumer info: %v", err)
 		}
-		return info.NumPending == 0 && info.NumAckPending == 0
+		return info.NumPending == 0 && info.NumAckPending == 0 && received.Load() == info.Delivered.Consumer
 	}
+}
+
+// countingSubscriber counts, in received, the messages its subscriber hands out: one per
+// delivery JetStream made to it, redeliveries included.
+type countingSubscriber struct {
+	message.Subscriber
+	received *atomic.Uint64
+}
+
+func (s countingSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	in, err := s.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	go func() {
+		defer close(out)
+		for msg := range in {
+			s.received.Add(1)
+			select {
+			case out <- msg:
+			case <-ctx.Done():
+				return // the router stopped; JetStream redelivers what was not acked
+			}
+		}
+	}()
+	return out, nil
 }
 
 // TestNATSProgram runs the program as .ci/run does, with few orders: its own handler, behind the

@@ -39,7 +39,7 @@ type books struct {
 // the outbox's), at COMMIT and after it returned. Every time, the invoice and its event
 // commit together or not at all. The handler publishes only to the outbox, through
 // watermill-sql on the inbox transaction: the kit sees those rows in the snapshot, not as
-// published messages (Case.Recorder is for inbox.NewPublisher).
+// published messages (Options.Recorder is for inbox.NewPublisher).
 func TestHandler(t *testing.T) {
 	ctx := context.Background()
 	pool := e2e.Pool(t)
@@ -67,7 +67,7 @@ func TestHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	handle := Handler{InvoiceTable: s.InvoiceTable, Outbox: s.Outbox}.Handle
-	handlertest.Run(t, handlertest.Case{
+	handlertest.Run(t.Context(), t, handlertest.Case{
 		Handler:  func(msg *message.Message) ([]*message.Message, error) { return nil, handle(msg) },
 		Store:    store,
 		Config:   inbox.Config{Consumer: s.Consumer},
@@ -77,7 +77,7 @@ func TestHandler(t *testing.T) {
 			_, err := pool.Exec(ctx, "DELETE FROM "+s.InvoiceTable+"; DELETE FROM "+s.Outbox.Table())
 			return err
 		},
-	})
+	}, nil)
 }
 
 // readBooks reads the invoices and the outbox, ordered.

@@ -28,7 +28,7 @@ type books struct{ Invoices []invoice }
 // the kit so that it sees the statements on the inbox transaction.
 //
 // The busy timeout is short, unlike the program's: a copy that waits longer for another's
-// write lock is nacked with SQLITE_BUSY and redelivered (handlertest.DefaultRetriable), and a
+// write lock is nacked with SQLITE_BUSY and redelivered (the store reports it transient), and a
 // handler that wrote through the pool while it holds the inbox transaction would fail at
 // once, with a report that names its statement, instead of waiting for itself until the
 // kit's deadline.
@@ -54,7 +54,7 @@ func TestHandleOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handlertest.Run(t, handlertest.Case{
+	handlertest.Run(t.Context(), t, handlertest.Case{
 		Handler: func(msg *message.Message) ([]*message.Message, error) { return nil, handleOrder(msg) },
 		Store:   store,
 		Config:  inbox.Config{Consumer: "billing"},
@@ -67,7 +67,7 @@ func TestHandleOrder(t *testing.T) {
 			_, err := db.ExecContext(ctx, "DELETE FROM invoices")
 			return err
 		},
-	})
+	}, nil)
 }
 
 // readInvoices reads every invoice, ordered.

@@ -79,8 +79,8 @@ func runKit(t *testing.T, db *bun.DB, dialect sqlinbox.Dialect) {
 			return err
 		},
 	}
-	t.Run("claim-first", func(t *testing.T) { handlertest.Run(t, c) })
+	t.Run("claim-first", func(t *testing.T) { handlertest.Run(t.Context(), t, c, nil) })
 	c.Config.WriteBehind = true
 	c.Handler = layertest.QueueHandler(h.Queue)
-	t.Run("write-behind", func(t *testing.T) { handlertest.Run(t, c) })
+	t.Run("write-behind", func(t *testing.T) { handlertest.Run(t.Context(), t, c, nil) })
 }

@@ -64,7 +64,7 @@ func TestHandler(t *testing.T) {
 	if err := store.InitializeSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
-	handlertest.Run(t, handlertest.Case{
+	handlertest.Run(t.Context(), t, handlertest.Case{
 		Handler:  layertest.KitHandler(entrepo.Handle),
 		Store:    store,
 		Config:   inbox.Config{Consumer: "billing"},
@@ -77,7 +77,7 @@ func TestHandler(t *testing.T) {
 			_, err := client.Invoice.Delete().Exec(ctx)
 			return err
 		},
-	})
+	}, nil)
 }
 
 // readBooks reads every invoice and every line with client, ordered.

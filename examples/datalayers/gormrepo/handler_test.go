@@ -84,8 +84,8 @@ func runKit(t *testing.T, sqlDB *sql.DB, dialect sqlinbox.Dialect, dialector gor
 			return db.WithContext(ctx).Where("1 = 1").Delete(&gormrepo.Invoice{}).Error
 		},
 	}
-	t.Run("claim-first", func(t *testing.T) { handlertest.Run(t, c) })
+	t.Run("claim-first", func(t *testing.T) { handlertest.Run(t.Context(), t, c, nil) })
 	c.Config.WriteBehind = true
 	c.Handler = layertest.QueueHandler(h.Queue)
-	t.Run("write-behind", func(t *testing.T) { handlertest.Run(t, c) })
+	t.Run("write-behind", func(t *testing.T) { handlertest.Run(t.Context(), t, c, nil) })
 }

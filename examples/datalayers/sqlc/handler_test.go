@@ -65,10 +65,10 @@ func TestHandler(t *testing.T) {
 			return err
 		},
 	}
-	t.Run("claim-first", func(t *testing.T) { handlertest.Run(t, c) })
+	t.Run("claim-first", func(t *testing.T) { handlertest.Run(t.Context(), t, c, nil) })
 	c.Config.WriteBehind = true
 	c.Handler = layertest.QueueHandler(func(ctx context.Context, o billing.OrderPlaced) error {
 		return invoicedb.QueueRecordInvoice(ctx, invoicedb.RecordInvoiceParams{OrderID: o.OrderID, AmountCents: o.AmountCents})
 	})
-	t.Run("write-behind", func(t *testing.T) { handlertest.Run(t, c) })
+	t.Run("write-behind", func(t *testing.T) { handlertest.Run(t.Context(), t, c, nil) })
 }
