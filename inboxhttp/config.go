@@ -32,7 +32,8 @@ type Config struct {
 
 	// Fingerprint returns what identifies the request apart from its key; a key sent again
 	// with another fingerprint is a 422. Default: RequestSHA256 (method, path and body).
-	// Return nil to compare nothing.
+	// BodySHA256 fingerprints as a broker handler's default does, for an endpoint whose
+	// consumer a broker handler shares. Return nil to compare nothing.
 	Fingerprint func(r *http.Request, body []byte) []byte
 
 	// MaxRequestBody is the most bytes of a request body the middleware reads, into memory, to

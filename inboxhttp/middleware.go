@@ -280,3 +280,12 @@ func RequestSHA256(r *http.Request, body []byte) []byte {
 	h.Write(body)
 	return h.Sum(nil)
 }
+
+// BodySHA256 is a Config.Fingerprint of the body alone: the SHA-256 of its bytes, the same
+// fingerprint inbox.PayloadSHA256 gives a message whose payload is those bytes. Use it on an
+// endpoint that shares its consumer with a broker handler, so that a command sent both ways
+// under one key is one command rather than a mismatch.
+func BodySHA256(_ *http.Request, body []byte) []byte {
+	sum := sha256.Sum256(body)
+	return sum[:]
+}

@@ -24,7 +24,7 @@ import (
 )
 
 // tally is what the demonstration's clients got.
-type tally struct{ created, replayed, conflicts, published atomic.Int64 }
+type tally struct{ created, replayed, conflicts, published, poisoned atomic.Int64 }
 
 // demo sends orders, one of three ways each: by HTTP 2 or 3 times, the copies at once;
 // through the broker twice; by HTTP and then through the broker with the same key. It fails
@@ -40,6 +40,16 @@ func demo(ctx context.Context, db *sql.DB, endpoint http.Handler, pubSub *gochan
 	url := "http://" + listener.Addr().String() + "/orders"
 
 	var t tally
+	poisoned, err := pubSub.Subscribe(ctx, topic+"_poison")
+	if err != nil {
+		return err
+	}
+	go func() {
+		for m := range poisoned {
+			t.poisoned.Add(1)
+			m.Ack()
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, orders*4)
 	for i := range orders {
@@ -133,10 +143,11 @@ func report(ctx context.Context, db *sql.DB, orders int, t *tally) error {
 	fmt.Fprintf(w, "requests answered with the replay\t%d\n", t.replayed.Load())
 	fmt.Fprintf(w, "requests answered 409 and sent again\t%d\n", t.conflicts.Load())
 	fmt.Fprintf(w, "messages published\t%d\n", t.published.Load())
+	fmt.Fprintf(w, "messages poisoned\t%d\n", t.poisoned.Load())
 	fmt.Fprintf(w, "invoices\t%d\n", invoices)
 	_ = w.Flush()
-	if invoices != orders || distinct != orders {
-		return fmt.Errorf("%d invoices for %d orders (%d distinct)", invoices, orders, distinct)
+	if invoices != orders || distinct != orders || t.poisoned.Load() != 0 {
+		return fmt.Errorf("%d invoices for %d orders (%d distinct), %d messages poisoned", invoices, orders, distinct, t.poisoned.Load())
 	}
 	fmt.Println("every order has exactly one invoice")
 	return nil

@@ -88,9 +88,12 @@ func run(ctx context.Context, dir, listen string, orders int) error {
 	return demo(ctx, db, endpoint, pubSub, orders)
 }
 
-// newEndpoint is the HTTP side: POST /orders behind inboxhttp, the key required.
+// newEndpoint is the HTTP side: POST /orders behind inboxhttp, the key required. The body is
+// fingerprinted as the broker's messages are (their payload's SHA-256), so that an order sent
+// both ways under one key is one order.
 func newEndpoint(store inbox.Store) (http.Handler, error) {
-	idempotent, err := inboxhttp.New(store, inboxhttp.Config{Consumer: "billing", Required: true}, nil)
+	idempotent, err := inboxhttp.New(store, inboxhttp.Config{Consumer: "billing", Required: true,
+		Fingerprint: inboxhttp.BodySHA256}, nil)
 	if err != nil {
 		return nil, err
 	}
