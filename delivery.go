@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inboxkit/watermill-inbox/inboxotel"
+	"github.com/inboxkit/watermill-inbox/internal/entry"
 )
 
 // delivery is one message on its way through the middleware: who consumes it, under which
@@ -154,6 +155,11 @@ func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 	returned, pubs, err := decodeProduced(prior.Produced)
 	if err != nil {
 		return nil, err
+	}
+	if !entry.FromHTTP(d.original) {
+		// A response recorded by inboxhttp under a key that now comes through a router:
+		// the router would publish it.
+		returned = entry.WithoutResponses(returned)
 	}
 	if err := d.publish(pubs); err != nil {
 		return nil, err

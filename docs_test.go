@@ -45,7 +45,9 @@ var documentedCommands = []struct {
 	{pattern: `^goose -dir migrations (postgres|mysql|sqlite3) "\$DATABASE_URL" up$`, test: "TestMigrationToolsCreateTheTable"},
 	{pattern: `^migrate -path migrations -database "\$DATABASE_URL" up$`, test: "TestMigrationToolsCreateTheTable"},
 	// The programs whose brokers CI has, run with few orders.
-	{pattern: `^go run \./examples/(gochannel|amqp|nats|redisstream|sql|outbox|cqrs)$`, ci: `for example in gochannel amqp nats redisstream sql outbox cqrs; do`},
+	{pattern: `^go run \./examples/(gochannel|amqp|nats|redisstream|sql|outbox|cqrs|http)$`, ci: `for example in gochannel amqp nats redisstream sql outbox cqrs http; do`},
+	// The HTTP example's server, in its README's curl session: its test serves the endpoint.
+	{pattern: `^go run \./examples/http -listen :8080$`, test: "TestOrderByHTTPThenByBroker"},
 	// Kafka needs a broker CI does not have: a test runs the program on kfake.
 	{pattern: `^go run \./examples/kafka$`, test: "TestKafkaProgram"},
 	{pattern: `^go run \./examples/anybroker -broker \w+$`, test: "TestAnyBroker"},

@@ -25,7 +25,7 @@ var (
 // in its main.go (a copy of one builds on its own, so each carries its stack).
 var stackShownIn = []string{
 	"README.md", "docs/middleware-order.md", "doc.go", "middleware.go", "example_test.go",
-	"examples/quickstart/main.go", "examples/gochannel/main.go", "examples/amqp/main.go",
+	"examples/quickstart/main.go", "examples/http/main.go", "examples/gochannel/main.go", "examples/amqp/main.go",
 	"examples/nats/main.go", "examples/redisstream/main.go", "examples/sql/main.go",
 	"examples/kafka/main.go", "examples/anybroker/main.go",
 	"examples/outbox/main.go", "examples/cqrs/main.go",

@@ -58,7 +58,7 @@ type options struct {
 var runners = []struct {
 	name string
 	run  func(context.Context, *env, *report) error
-}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}, {"pooler", runPooler}, {"pipeline", runPipeline}}
+}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}, {"pooler", runPooler}, {"pipeline", runPipeline}, {"http", runHTTP}}
 
 func main() {
 	log.SetFlags(log.Ltime)

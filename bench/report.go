@@ -138,6 +138,11 @@ var scenarios = []struct{ name, title, description string }{
 			"*write-behind, 32 in flight* (32 connections) against *pipelined, 32 in flight* (8), and the two *8 in flight*, compare at equal messages in flight; the 1-in-flight pair is the latency of a lone delivery. " +
 			"Ratios are to *write-behind, 8 in flight* in the same round; latency is each message's time through the middleware, its 50th and 99th percentile per round " +
 			"(median over the rounds [min–max])."},
+	{"http", "7. HTTP requests with an Idempotency-Key (inboxhttp)",
+		"N HTTP clients on loopback POST to an endpoint that creates one invoice, each request with a new `Idempotency-Key`; PostgreSQL is reached through the delay proxy. " +
+			"*endpoint alone, no inbox*: the handler runs BEGIN; INSERT; COMMIT itself. *inboxhttp, TxFromContext*: behind `inboxhttp.New`, the handler INSERTs " +
+			"through `inbox.TxFromContext`; the response is recorded with the claim and sent after COMMIT. *inboxhttp, WriteBehind*: the handler defers the INSERT " +
+			"with `inbox.ExecAtCommit`, and the claim, the INSERT, the record and COMMIT go in one batch. Ratios are to *endpoint alone* in the same round."},
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }

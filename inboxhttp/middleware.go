@@ -1,0 +1,291 @@
+package inboxhttp
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/internal/entry"
+)
+
+// The headers of a response the middleware writes itself or replays.
+const (
+	// HeaderKey is the request header that carries the idempotency key.
+	HeaderKey = "Idempotency-Key"
+	// HeaderReplayed is set to "true" on a response replayed from its record: the handler did
+	// not run for this request.
+	HeaderReplayed = "Idempotent-Replayed"
+	// HeaderBodyOmitted is set to "true" on a replay whose original body was larger than
+	// Config.MaxRecordedBody, so that only its status and headers were recorded.
+	HeaderBodyOmitted = "Idempotent-Replay-Body-Omitted"
+)
+
+// replayedHeaders are the response headers a record keeps besides Config.ReplayHeaders: those
+// that describe the representation and where the created resource is. Date, Set-Cookie and
+// the connection's own headers are not replayed.
+var replayedHeaders = []string{"Content-Type", "Content-Language", "Content-Location", "Location", "ETag",
+	"Last-Modified", "Cache-Control", "Link"}
+
+// The metadata of the message that holds a recorded response.
+const (
+	metaStatus      = "_inbox_http_status"
+	metaHeader      = "_inbox_http_header"
+	metaBodyOmitted = "_inbox_http_body_omitted"
+	metaFingerprint = "_inbox_http_fingerprint"
+)
+
+// errServerError fails the claim of a request whose handler answered with a 5xx status.
+var errServerError = errors.New("inboxhttp: the handler answered with a server error")
+
+// New returns a net/http middleware that makes a handler idempotent by the Idempotency-Key
+// header, on store, in the same transaction as the handler's writes: see the package
+// documentation. A nil logger logs nothing.
+func New(store inbox.Store, config Config, logger watermill.LoggerAdapter) (func(http.Handler) http.Handler, error) {
+	config.setDefaults()
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	mw, err := inbox.NewMiddleware(store, inbox.Config{
+		Consumer:       config.Consumer,
+		Fingerprint:    requestFingerprint,
+		WriteBehind:    config.WriteBehind,
+		Publisher:      config.Publisher,
+		MeterProvider:  config.MeterProvider,
+		TracerProvider: config.TracerProvider,
+	}, logger)
+	if err != nil {
+		return nil, err
+	}
+	m := &middleware{config: config, mw: mw, inFlight: map[string]bool{}}
+	if t, ok := store.(interface{ IsTransient(error) bool }); ok {
+		m.transient = t.IsTransient
+	}
+	return m.wrap, nil
+}
+
+type middleware struct {
+	config    Config
+	mw        message.HandlerMiddleware
+	transient func(error) bool // the store's; nil: none is known
+
+	mu       sync.Mutex
+	inFlight map[string]bool // keys of this process's requests being handled
+}
+
+func (m *middleware) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(next, w, r) })
+}
+
+func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	key, err := parseKey(r.Header.Values(HeaderKey))
+	switch {
+	case errors.Is(err, errNoKey) && !m.config.Required:
+		next.ServeHTTP(w, r)
+		return
+	case errors.Is(err, errNoKey):
+		problemMissingKey.write(w, "send a unique key for each operation, the same one again when you retry it: "+
+			HeaderKey+`: "<key>"`, 0)
+		return
+	case err != nil:
+		problemBadKey.write(w, err.Error(), 0)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, m.config.MaxRequestBody+1))
+	if err != nil {
+		problemBadKey.write(w, "reading the request body: "+err.Error(), 0)
+		return
+	}
+	if int64(len(body)) > m.config.MaxRequestBody {
+		problemTooLarge.write(w, fmt.Sprintf("this endpoint reads at most %d bytes", m.config.MaxRequestBody), 0)
+		return
+	}
+	if !m.enter(key) {
+		problemInFlight.write(w, "retry after the first request has been answered; its answer is then replayed", 1)
+		return
+	}
+	defer m.leave(key)
+	m.handle(next, w, r, key, body)
+}
+
+// enter marks key in flight in this process, unless it is already: a concurrent request
+// with the same key then gets 409 at once, without waiting for the first's row lock.
+func (m *middleware) enter(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inFlight[key] {
+		return false
+	}
+	m.inFlight[key] = true
+	return true
+}
+
+func (m *middleware) leave(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.inFlight, key)
+}
+
+// handle runs the request through the inbox middleware as a message whose UUID is the key:
+// the claim, the handler with the claim's transaction in the request's context, the record
+// of the response and COMMIT; the response goes out after the commit, or is replayed.
+func (m *middleware) handle(next http.Handler, w http.ResponseWriter, r *http.Request, key string, body []byte) {
+	msg := message.NewMessage(key, body)
+	if fp := m.config.Fingerprint(r, body); fp != nil {
+		msg.Metadata.Set(metaFingerprint, string(fp))
+	}
+	msg.SetContext(entry.WithHTTP(r.Context()))
+
+	var served *buffered
+	var response *message.Message // the message that records served
+	handler := func(msg *message.Message) ([]*message.Message, error) {
+		served = newBuffered()
+		req := r.Clone(msg.Context())
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+		next.ServeHTTP(served, req)
+		if served.statusCode() >= 500 {
+			return nil, errServerError
+		}
+		response = m.record(served)
+		return []*message.Message{response}, nil
+	}
+
+	returned, err := m.run(handler, msg)
+	switch {
+	case err == nil:
+	case errors.Is(err, errServerError):
+		served.send(w, nil) // nothing of it committed: the retry runs the handler again
+		return
+	default:
+		m.fail(w, err)
+		return
+	}
+	for _, rec := range returned {
+		if rec == response && response != nil {
+			served.send(w, nil)
+			return
+		}
+	}
+	for _, rec := range returned {
+		if rec.Metadata.Get(entry.ResponseMetadata) != "" {
+			replay(w, rec)
+			return
+		}
+	}
+	// The key was processed by another entry point of the same consumer (a broker message):
+	// its effects are done, and no response of it was recorded.
+	w.Header().Set(HeaderReplayed, "true")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// run calls the inbox middleware, turning a panic of the handler (which the middleware
+// rolled back) into an error.
+func (m *middleware) run(handler message.HandlerFunc, msg *message.Message) (returned []*message.Message, err error) {
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			returned, err = nil, fmt.Errorf("inboxhttp: the handler panicked: %v", recovered)
+		}
+	}()
+	return m.mw(handler)(msg)
+}
+
+// fail answers a request the inbox did not process.
+func (m *middleware) fail(w http.ResponseWriter, err error) {
+	var mismatch *inbox.FingerprintMismatchError
+	switch {
+	case errors.As(err, &mismatch):
+		problemMismatch.write(w, "the key was first used with another method, path or body; use a new key for a new operation", 0)
+	case errors.Is(err, inbox.ErrInvalidKey):
+		problemBadKey.write(w, err.Error(), 0)
+	case m.transient != nil && m.transient(err):
+		problemUnavailable.write(w, "the database is not available", m.config.RetryAfter)
+	default:
+		problemFailed.write(w, "", 0)
+	}
+}
+
+// record is the message that records served: its status, its replayed headers and its
+// body, unless the body is larger than MaxRecordedBody.
+func (m *middleware) record(served *buffered) *message.Message {
+	header := map[string][]string{}
+	for _, name := range append(replayedHeaders, m.config.ReplayHeaders...) {
+		if v := served.header.Values(name); len(v) > 0 {
+			header[http.CanonicalHeaderKey(name)] = v
+		}
+	}
+	encoded, _ := json.Marshal(header) // strings only: no error
+	body := served.body.Bytes()
+	omitted := int64(len(body)) > m.config.MaxRecordedBody
+	if omitted {
+		body = nil
+	}
+	rec := message.NewMessage(watermill.NewUUID(), append([]byte(nil), body...))
+	rec.Metadata.Set(entry.ResponseMetadata, "1")
+	rec.Metadata.Set(metaStatus, strconv.Itoa(served.statusCode()))
+	rec.Metadata.Set(metaHeader, string(encoded))
+	if omitted {
+		rec.Metadata.Set(metaBodyOmitted, "true")
+	}
+	return rec
+}
+
+// replay sends a recorded response.
+func replay(w http.ResponseWriter, rec *message.Message) {
+	var header map[string][]string
+	_ = json.Unmarshal([]byte(rec.Metadata.Get(metaHeader)), &header) // written by record
+	status, err := strconv.Atoi(rec.Metadata.Get(metaStatus))
+	if err != nil {
+		status = http.StatusOK
+	}
+	h := w.Header()
+	for k, v := range header {
+		h[k] = v
+	}
+	h.Set(HeaderReplayed, "true")
+	if rec.Metadata.Get(metaBodyOmitted) != "" {
+		h.Set(HeaderBodyOmitted, "true")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(rec.Payload)))
+	w.WriteHeader(status)
+	_, _ = w.Write(rec.Payload)
+}
+
+// requestFingerprint is the inbox's fingerprint of a request: Config.Fingerprint's, which
+// serve computed, or none.
+func requestFingerprint(msg *message.Message) []byte {
+	fp, ok := msg.Metadata[metaFingerprint]
+	if !ok {
+		return nil
+	}
+	return []byte(fp)
+}
+
+// RequestSHA256 is Config.Fingerprint's default: the SHA-256 of the request's method, path and
+// body, so that a key sent again with another request is refused (422).
+func RequestSHA256(r *http.Request, body []byte) []byte {
+	h := sha256.New()
+	for _, part := range []string{r.Method, r.URL.Path} {
+		_, _ = fmt.Fprintf(h, "%d:%s\n", len(part), part)
+	}
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// BodySHA256 is a Config.Fingerprint of the body alone: the SHA-256 of its bytes, the same
+// fingerprint inbox.PayloadSHA256 gives a message whose payload is those bytes. Use it on an
+// endpoint that shares its consumer with a broker handler, so that a command sent both ways
+// under one key is one command rather than a mismatch.
+func BodySHA256(_ *http.Request, body []byte) []byte {
+	sum := sha256.Sum256(body)
+	return sum[:]
+}
