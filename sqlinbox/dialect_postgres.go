@@ -53,17 +53,30 @@ func (postgres) ColumnTypes() (key, binary, temporal string) {
 	return `varchar or text with a deterministic collation (COLLATE "C"), or bytea`, "bytea", "timestamptz"
 }
 
+// RetentionIndex counts the valid indexes of the table named by $1 (quoted, found as
+// postgresDescribe finds it) that start with processed_at.
+func (postgres) RetentionIndex(t Table) (string, []any) {
+	return `SELECT count(*) FROM pg_index i
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+WHERE i.indrelid = to_regclass($1::text) AND a.attname = 'processed_at' AND i.indisvalid`, []any{t.Quoted}
+}
+
+// UpgradeTable: the table has not changed.
+func (postgres) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
+
 // postgresDescribe describes the table named by $1 (quoted, found on the search path as the
 // store's statements find it) for the table check. Exact: text, varchar or bytea (not
 // char(n), which ignores trailing spaces; not citext or a domain) with a deterministic
-// collation, under which equal means the same bytes.
+// collation, under which equal means the same bytes. Temporal: timestamptz, an instant; a
+// timestamp without time zone holds the claiming session's local time, which DeleteExpired
+// would read in the cleaning session's TimeZone.
 const postgresDescribe = `SELECT a.attname::text,
 	format_type(a.atttypid, a.atttypmod) ||
 		CASE WHEN a.attcollation <> t.typcollation THEN ' COLLATE ' || quote_ident(c.collname) ELSE '' END,
 	COALESCE((SELECT k.n FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) WHERE k.attnum = a.attnum), 0)::int,
 	(t.typtype = 'b' AND t.typname IN ('text', 'varchar', 'bytea') AND (c.oid IS NULL OR c.collisdeterministic))::int,
 	(t.typname = 'bytea')::int,
-	(t.typname IN ('timestamptz', 'timestamp'))::int,
+	(t.typname = 'timestamptz')::int,
 	(NOT a.attnotnull)::int,
 	(a.atthasdef OR a.attgenerated <> '' OR a.attidentity <> '')::int,
 	COALESCE(con.conname::text, '')

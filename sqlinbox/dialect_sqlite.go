@@ -70,6 +70,20 @@ func (sqlite) ColumnTypes() (key, binary, temporal string) {
 	return "TEXT or BLOB with the BINARY collation (no COLLATE NOCASE or RTRIM)", "BLOB", "TEXT"
 }
 
+// RetentionIndex counts the indexes of the table (name ?1 in schema ?2) whose first column
+// is processed_at.
+func (sqlite) RetentionIndex(t Table) (string, []any) {
+	schema := t.Schema
+	if schema == "" {
+		schema = "main"
+	}
+	return `SELECT COUNT(*) FROM pragma_index_list(?1, ?2) il
+WHERE (SELECT ii.name FROM pragma_index_info(il.name, ?2) ii WHERE ii.seqno = 0) = 'processed_at'`, []any{t.Name, schema}
+}
+
+// UpgradeTable: the table has not changed.
+func (sqlite) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
+
 // sqliteDescribe describes the table (name ?1 in schema ?2) for the table check. A key
 // column's collation is the primary key index's. Exact: TEXT or BLOB affinity (an INTEGER or
 // NUMERIC one would store "0123" and "123" as one number) with the BINARY collation. Every

@@ -49,15 +49,41 @@ func MigrationFiles(dialect Dialect, table string, format MigrationFormat, versi
 	if err != nil {
 		return nil, err
 	}
+	return migration("create", table, dialect.CreateTable(t), []string{"DROP TABLE IF EXISTS " + t.Quoted}, format, version)
+}
+
+// UpgradeFiles returns the migration that brings the inbox table table, made by an earlier
+// release, to this release's shape in dialect (Dialect.UpgradeTable), laid out as
+// MigrationFiles lays out the table's first migration: add it after that one. The name is
+// upgrade_, the table's name and the upgrade's ("upgrade_inbox_utc_processed_at"); the
+// version is MigrationFiles's. The upgrade changes nothing on a table that has the shape
+// already, so it is safe on a table this release created. A dialect whose table has not
+// changed returns an error saying so.
+//
+// The upgrades so far: MySQL/MariaDB's processed_at holds the time in UTC
+// (utc_processed_at); it converts the claims the table holds from the time zone of the
+// session that runs it, so run it in a session of the zone your services' sessions had.
+func UpgradeFiles(dialect Dialect, table string, format MigrationFormat, version string) (fs.FS, error) {
+	t, err := parseTable(dialect, table)
+	if err != nil {
+		return nil, err
+	}
+	name, up, down := dialect.UpgradeTable(t)
+	if name == "" {
+		return nil, fmt.Errorf("sqlinbox: the %s inbox table has not changed since its first migration: there is no upgrade", dialect.Name())
+	}
+	return migration("upgrade", table+"_"+name, up, down, format, version)
+}
+
+// migration lays out the migration verb_name of the statements up and down as format's files.
+func migration(verb, name string, up, down []string, format MigrationFormat, version string) (fs.FS, error) {
 	if version == "" {
 		version = time.Now().UTC().Format("20060102150405")
 	}
 	if err := validateVersion(version); err != nil {
 		return nil, err
 	}
-	name := version + "_create_" + strings.ReplaceAll(table, ".", "_")
-	up := dialect.CreateTable(t)
-	down := []string{"DROP TABLE IF EXISTS " + t.Quoted}
+	name = version + "_" + verb + "_" + strings.ReplaceAll(name, ".", "_")
 	switch format {
 	case FormatGoose:
 		return newMigrationFS(migrationFile{name + ".sql", "-- +goose Up\n" + gooseStatements(up) +

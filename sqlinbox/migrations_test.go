@@ -155,3 +155,23 @@ func TestMigrationFilesVersionAndBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The upgrade is laid out as the first migration is, named after the table and the upgrade;
+// a dialect whose table has not changed has none.
+func TestUpgradeFiles(t *testing.T) {
+	fsys, err := sqlinbox.UpgradeFiles(sqlinbox.MySQL(), "inbox", sqlinbox.FormatGolangMigrate, "00043")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := readMigrations(t, fsys)
+	up, down := files["00043_upgrade_inbox_utc_processed_at.up.sql"], files["00043_upgrade_inbox_utc_processed_at.down.sql"]
+	if len(files) != 2 || !strings.HasPrefix(up, "LOCK TABLES `inbox` WRITE;\n") || !strings.HasSuffix(down, "UNLOCK TABLES;\n") ||
+		!strings.Contains(up, "SET DEFAULT (UTC_TIMESTAMP(6))") || !strings.Contains(down, "SET DEFAULT CURRENT_TIMESTAMP(6)") {
+		t.Errorf("upgrade files: %v", files)
+	}
+	for _, dialect := range []sqlinbox.Dialect{sqlinbox.Postgres(), sqlinbox.SQLite()} {
+		if _, err := sqlinbox.UpgradeFiles(dialect, "inbox", sqlinbox.FormatGoose, "1"); err == nil || !strings.Contains(err.Error(), "there is no upgrade") {
+			t.Errorf("%s: err = %v, want no upgrade", dialect.Name(), err)
+		}
+	}
+}

@@ -19,7 +19,7 @@ func TestStatements(t *testing.T) {
 			[]any{int64(90 * 60 * 1e6), 100}, []any{"1500ms"}},
 		{MySQL(), "test.inbox",
 			"INSERT INTO `test`.`inbox` (consumer, message_id, payload_hash) VALUES (UNHEX(?), UNHEX(?), UNHEX(?))",
-			"DELETE FROM `test`.`inbox` WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
+			"DELETE FROM `test`.`inbox` WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
 			[]any{int64(90 * 60 * 1e6), 100}, []any{int64(2)}},
 		{SQLite(), "main.inbox",
 			`INSERT INTO "main"."inbox" (consumer, message_id, payload_hash) VALUES (?, ?, ?)`,

@@ -93,7 +93,11 @@ func judgeTable(dialect Dialect, table Table, columns []column) error {
 		case (name == "payload_hash" || name == "produced") && !c.binary:
 			problems = append(problems, fmt.Sprintf("column %s is %s, which does not hold bytes as they are; want %s", name, c.typ, binaryType))
 		case name == "processed_at" && !c.temporal:
-			problems = append(problems, fmt.Sprintf("column processed_at is %s, which retention cannot compare with a time; want %s", c.typ, timeType))
+			problem := fmt.Sprintf("column processed_at is %s, which does not hold the time of the claim as retention compares it; want %s", c.typ, timeType)
+			if upgrade, _, _ := dialect.UpgradeTable(table); upgrade != "" {
+				problem += "; a table made by an earlier release is brought up to date by the migration of " + upgradeCommand(dialect, table)
+			}
+			problems = append(problems, problem)
 		case name == "processed_at" && !c.hasDefault:
 			problems = append(problems, fmt.Sprintf("column processed_at has no default, so claims would not record their time; want %s with the default of \"watermill-inbox schema\"", timeType))
 		}
@@ -118,6 +122,11 @@ func migrationCommand(dialect Dialect, table Table) string {
 		name = table.Schema + "." + name
 	}
 	return fmt.Sprintf(`"watermill-inbox schema -format goose -dialect %s -table %s -out DIR"`, dialect.Name(), name)
+}
+
+// upgradeCommand is the command that writes the migration upgrading table (UpgradeFiles).
+func upgradeCommand(dialect Dialect, table Table) string {
+	return strings.Replace(migrationCommand(dialect, table), "schema ", "schema -upgrade ", 1)
 }
 
 func tableMismatch(table Table, problems []string) error {
