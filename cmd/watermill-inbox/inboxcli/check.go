@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 // checkCommand reads the table's shape from the catalog: exit 0 if it can guard against
 // duplicates, 1 with every reason if it cannot (a missing table among them), for CI
 // pipelines and init containers.
-func checkCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("check")
+func (x *cli) checkCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := x.newCommand("check")
 	if err := c.parse(args, stderr); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"context"
@@ -18,8 +18,8 @@ type consumerStats struct {
 	oldest, newest string
 }
 
-func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("stats")
+func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := x.newCommand("stats")
 	if err := c.parse(args, stderr); err != nil {
 		return err
 	}

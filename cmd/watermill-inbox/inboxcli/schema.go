@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"errors"
@@ -15,8 +15,8 @@ import (
 // The formats -format takes, in the order the usage lists them.
 var formats = []sqlinbox.MigrationFormat{sqlinbox.FormatGoose, sqlinbox.FormatGolangMigrate, sqlinbox.FormatSQL}
 
-func schemaCommand(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("schema")
+func (x *cli) schemaCommand(args []string, stdout, stderr io.Writer) error {
+	c := x.newCommand("schema")
 	format := c.fs.String("format", string(sqlinbox.FormatSQL), "`format` of the migration: goose, golang-migrate or sql (the DDL alone)")
 	out := c.fs.String("out", "", "write the migration's files into this existing `folder` (without it: print the one file to stdout)")
 	version := c.fs.String("version", "", "the migration's `version`: digits, such as the next number of a sequence (00042); default: the time now in UTC, 20060102150405")
@@ -24,10 +24,11 @@ func schemaCommand(args []string, stdout, stderr io.Writer) error {
 	if err := c.parse(args, stderr); err != nil {
 		return err
 	}
-	dialect, _, _, err := c.resolve(false, false)
+	d, _, err := c.resolve(false)
 	if err != nil {
 		return err
 	}
+	dialect := d.Dialect
 	if !knownFormat(*format) {
 		return usagef("schema: unknown -format %q: use goose, golang-migrate or sql", *format)
 	}

@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"maps"
@@ -79,7 +79,7 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 		for _, format := range formats {
 			dir := t.TempDir()
 			args := []string{"schema", "-format", string(format), "-dialect", tt.dialect.Name(), "-table", tt.table, "-out", dir, "-version", "00042"}
-			code, stdout, stderr := cli(t, args...)
+			code, stdout, stderr := runCLI(t, args...)
 			var wantOut string
 			for _, name := range tt.names[format] {
 				wantOut += "wrote " + filepath.Join(dir, name) + "\n"
@@ -93,7 +93,7 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 			}
 
 			// Without -out: the one file on stdout.
-			code, stdout, _ = cli(t, "schema", "-format", string(format), "-dialect", tt.dialect.Name(), "-table", tt.table, "-version", "7")
+			code, stdout, _ = runCLI(t, "schema", "-format", string(format), "-dialect", tt.dialect.Name(), "-table", tt.table, "-version", "7")
 			one := libraryFiles(t, tt.dialect, tt.table, format, "7")
 			if len(one) == 1 {
 				for _, content := range one {
@@ -106,7 +106,7 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	if code, _, stderr := cli(t, "schema", "-format", "goose", "-dialect", "postgres", "-out", dir); code != exitOK {
+	if code, _, stderr := runCLI(t, "schema", "-format", "goose", "-dialect", "postgres", "-out", dir); code != exitOK {
 		t.Fatalf("schema without -version: exit %d, %s", code, stderr)
 	}
 	for name := range folder(t, dir) {
@@ -181,7 +181,7 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 	}
 
 	// -force with the migration's own version replaces its files.
-	if code, _, stderr := cli(t, append(base, "-table", "app.billing_inbox", "-version", "00001", "-force")...); code != exitOK {
+	if code, _, stderr := runCLI(t, append(base, "-table", "app.billing_inbox", "-version", "00001", "-force")...); code != exitOK {
 		t.Fatalf("-force: exit %d, %s", code, stderr)
 	}
 	got := folder(t, dir)

@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"io"
 )
 
-func migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("migrate")
+func (x *cli) migrateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := x.newCommand("migrate")
 	if err := c.parse(args, stderr); err != nil {
 		return err
 	}
