@@ -17,7 +17,8 @@
 //
 // schema prints the DDL, or with -out writes the migration that creates the table into a
 // folder, as the files of one migration tool (-format goose, golang-migrate or sql; see
-// sqlinbox.MigrationFiles), numbered with the time in UTC or -version. It refuses to
+// sqlinbox.MigrationFiles), numbered with the time in UTC or -version; with -upgrade, the
+// migration that brings a table made by an earlier release up to date (sqlinbox.UpgradeFiles). It refuses to
 // replace a migration of the table the folder holds already, unless -force is given with
 // that migration's -version, and writes each file under a temporary name first, then
 // renames them all: a failure leaves no file behind.

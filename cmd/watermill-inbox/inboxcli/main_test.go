@@ -203,7 +203,7 @@ type database struct {
 func databases(t *testing.T) []database {
 	return []database{
 		{"postgres", testenv.PostgresURL(t), "now() - interval '2 hours'", "now()"},
-		{"mariadb", "mysql://" + testenv.MySQLDSN(t), "NOW(6) - INTERVAL 2 HOUR", "NOW(6)"},
+		{"mariadb", "mysql://" + testenv.MySQLDSN(t), "UTC_TIMESTAMP(6) - INTERVAL 2 HOUR", "UTC_TIMESTAMP(6)"},
 		{"sqlite", "sqlite://" + filepath.Join(t.TempDir(), "inbox.db"), "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 hours')",
 			"strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"},
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
@@ -190,4 +191,40 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 			t.Errorf("-force: %s is %q, want the migration", name, got[name])
 		}
 	}
+}
+
+// -upgrade writes the library's upgrade of the table (MySQL's processed_at in UTC); for a
+// dialect whose table has not changed it says so and writes nothing.
+func TestSchemaUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := runCLI(t, "schema", "-upgrade", "-format", "golang-migrate", "-dialect", "mysql", "-table", "billing_inbox", "-version", "00043", "-out", dir)
+	want := libraryUpgrade(t, sqlinbox.MySQL(), "billing_inbox", sqlinbox.FormatGolangMigrate, "00043")
+	if got := folder(t, dir); code != exitOK || stderr != "" || !maps.Equal(got, want) || len(got) != 2 {
+		t.Errorf("schema -upgrade: exit %d, stdout %q, stderr %q, wrote %v; want %v", code, stdout, stderr, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+	}
+	for _, dialect := range []string{"postgres", "sqlite"} {
+		empty := t.TempDir()
+		code, stdout, _ := runCLI(t, "schema", "-upgrade", "-dialect", dialect, "-out", empty)
+		if code != exitOK || !strings.Contains(stdout, "has not changed since its first migration: no upgrade to write") || len(folder(t, empty)) != 0 {
+			t.Errorf("schema -upgrade -dialect %s: exit %d, stdout %q, wrote %v", dialect, code, stdout, folder(t, empty))
+		}
+	}
+}
+
+// libraryUpgrade returns sqlinbox.UpgradeFiles's files by name.
+func libraryUpgrade(t *testing.T, dialect sqlinbox.Dialect, table string, format sqlinbox.MigrationFormat, version string) map[string]string {
+	t.Helper()
+	fsys, err := sqlinbox.UpgradeFiles(dialect, table, format, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := readFiles(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]string{}
+	for _, f := range files {
+		byName[f.name] = f.content
+	}
+	return byName
 }

@@ -93,9 +93,9 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 	return w.Flush()
 }
 
-// formatTime writes processed_at in one form, with microseconds: time.Time (PostgreSQL;
-// MySQL with parseTime=true) and SQLite's "2006-01-02T15:04:05.000Z" in UTC; MySQL's text
-// "2006-01-02 15:04:05.000000" as it is, in the session's time zone, which it does not name.
+// formatTime writes processed_at in one form, in UTC with microseconds: time.Time
+// (PostgreSQL; MySQL with parseTime=true), SQLite's "2006-01-02T15:04:05.000Z" and MySQL's
+// text "2006-01-02 15:04:05.000000", which is UTC (the table's default is UTC_TIMESTAMP).
 func formatTime(v any) string {
 	const layout = "2006-01-02 15:04:05.000000Z07:00"
 	switch v := v.(type) {
@@ -106,6 +106,9 @@ func formatTime(v any) string {
 	case string:
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 			return t.UTC().Format(layout)
+		}
+		if t, err := time.Parse("2006-01-02 15:04:05.999999", v); err == nil {
+			return t.Format(layout)
 		}
 		return v
 	case nil:
