@@ -31,9 +31,15 @@ func (mysql) ParseTable(name string) (Table, error) {
 // CreateTable: VARBINARY key columns compare bytes exactly (the default collations would make
 // "A" and "a" one key). processed_at is the time in UTC, which no session's time zone changes
 // (see DeleteExpired); an expression default needs MariaDB 10.2 or MySQL 8.0.13. The
-// processed_at index is inside CREATE TABLE: MySQL has no CREATE INDEX IF NOT EXISTS.
+// processed_at index is inside CREATE TABLE: MySQL has no CREATE INDEX IF NOT EXISTS. A
+// table qualified by a database creates that database first if it does not exist, so that a
+// migration runs on a new server.
 func (mysql) CreateTable(t Table) []string {
-	return []string{`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
+	var database []string
+	if t.Schema != "" {
+		database = []string{"CREATE DATABASE IF NOT EXISTS `" + t.Schema + "`"}
+	}
+	return append(database, `CREATE TABLE IF NOT EXISTS `+t.Quoted+` (
 	consumer     VARBINARY(255) NOT NULL,
 	message_id   VARBINARY(255) NOT NULL,
 	processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
@@ -41,7 +47,7 @@ func (mysql) CreateTable(t Table) []string {
 	produced     LONGBLOB,
 	PRIMARY KEY (consumer, message_id),
 	INDEX processed_at (processed_at)
-) ENGINE=InnoDB`}
+) ENGINE=InnoDB`)
 }
 
 // SchemaLock: MySQL's DDL commits on its own; CREATE TABLE IF NOT EXISTS is safe at once.

@@ -27,10 +27,23 @@ func (postgres) ParseTable(name string) (Table, error) { return parseQualified(n
 func doubleQuote(identifier string) string { return `"` + identifier + `"` }
 
 // CreateTable: the key columns compare bytes exactly, by collation "C" (also the fastest to
-// index); the index lets retention find old rows without reading the whole table.
+// index); the index lets retention find old rows without reading the whole table. A
+// qualified table's schema is created first if it does not exist, so that a migration runs
+// on a new database: CREATE SCHEMA IF NOT EXISTS would need the CREATE privilege on the
+// database even when the schema exists, which a team's migration user may lack, so the
+// block creates it only when it is missing (and lets a schema created meanwhile be).
 func (postgres) CreateTable(t Table) []string {
-	return []string{
-		`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
+	var schema []string
+	if t.Schema != "" {
+		schema = []string{`DO $$ BEGIN
+	IF to_regnamespace('` + doubleQuote(t.Schema) + `') IS NULL THEN
+		CREATE SCHEMA ` + doubleQuote(t.Schema) + `;
+	END IF;
+EXCEPTION WHEN duplicate_schema THEN NULL;
+END $$`}
+	}
+	return append(schema,
+		`CREATE TABLE IF NOT EXISTS `+t.Quoted+` (
 	consumer     varchar(255) COLLATE "C" NOT NULL,
 	message_id   varchar(255) COLLATE "C" NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
@@ -38,8 +51,8 @@ func (postgres) CreateTable(t Table) []string {
 	produced     bytea,
 	PRIMARY KEY (consumer, message_id)
 )`,
-		`CREATE INDEX IF NOT EXISTS ` + doubleQuote(indexName(t.Name)) + ` ON ` + t.Quoted + ` (processed_at)`,
-	}
+		`CREATE INDEX IF NOT EXISTS `+doubleQuote(indexName(t.Name))+` ON `+t.Quoted+` (processed_at)`,
+	)
 }
 
 // SchemaLock: CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.

@@ -47,13 +47,19 @@ func TestMigrationFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			name := "00042_create_" + strings.ReplaceAll(tt.table, ".", "_")
+			name := "00042_create_" + tt.table
+			// goose's file holds the DDL with PostgreSQL's schema block, which has ";" of its
+			// own, between StatementBegin and StatementEnd.
+			gooseUp := up
+			if block, rest, ok := strings.Cut(up, "END $$;\n"); ok {
+				gooseUp = "-- +goose StatementBegin\n" + block + "END $$;\n-- +goose StatementEnd\n" + rest
+			}
 			for _, f := range []struct {
 				format sqlinbox.MigrationFormat
 				want   map[string]string
 			}{
 				{sqlinbox.FormatGoose, map[string]string{
-					name + ".sql": "-- +goose Up\n" + up + "\n-- +goose Down\n" + tt.drop,
+					name + ".sql": "-- +goose Up\n" + gooseUp + "\n-- +goose Down\n" + tt.drop,
 				}},
 				{sqlinbox.FormatGolangMigrate, map[string]string{name + ".up.sql": up, name + ".down.sql": tt.drop}},
 				{sqlinbox.FormatSQL, map[string]string{name + ".sql": up}},

@@ -15,17 +15,21 @@
 // -dialect. stats and cleanup refuse a SQLite file that does not exist (SQLite would create
 // an empty one); migrate creates it.
 //
-// schema prints the DDL, or with -out writes the migration that creates the table into a
-// folder, as the files of one migration tool (-format goose, golang-migrate or sql; see
-// sqlinbox.MigrationFiles), numbered with the time in UTC or -version; with -upgrade, the
-// migration that brings a table made by an earlier release up to date (sqlinbox.UpgradeFiles). It refuses to
-// replace a migration of the table the folder holds already, unless -force is given with
-// that migration's -version, and writes each file under a temporary name first, then
-// renames them all: a failure leaves no file behind.
+// schema prints the DDL, or with -out writes the migration that creates the table (and its
+// schema, if missing) into a folder, as the files of one migration tool (-format goose,
+// golang-migrate or sql; see sqlinbox.MigrationFiles); with -upgrade, the migration that
+// brings a table made by an earlier release up to date (sqlinbox.UpgradeFiles). The version
+// is -version, else the time in UTC, else, if the folder holds that version or a later one,
+// the one after its last; a version another migration of the folder has is refused. It
+// refuses to replace a migration of the table the folder holds already, unless -force is
+// given with that migration's -version, and writes each file under a temporary name first,
+// then renames them all: a failure leaves no file behind.
 //
 // migrate and check refuse a table that cannot guard against duplicates (its primary key is
 // not exactly (consumer, message_id), its key columns do not compare bytes exactly, a column
 // is missing) and print why; stores refuse such a table too (sqlinbox.ErrTableMismatch).
+// migrate also fails, and check warns, when the table has no index that starts with
+// processed_at, by which cleanup finds the oldest claims.
 //
 // cleanup counts the claims to delete first, then shows its progress: a bar on a terminal;
 // elsewhere (a log, cron mail) a line every 10 seconds (-progress-every) with the rows

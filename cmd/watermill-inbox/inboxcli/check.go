@@ -23,5 +23,10 @@ func (x *cli) checkCommand(ctx context.Context, args []string, stdout, stderr io
 		return err
 	}
 	fmt.Fprintf(stdout, "inbox table %q can guard against duplicates (%s)\n", c.table, d.dialect.Name())
+	if indexed, err := d.retentionIndex(ctx); err != nil {
+		return err
+	} else if !indexed {
+		fmt.Fprintf(stdout, "warning: %s\n", noRetentionIndex(c.table, d.dialect.Name()))
+	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
@@ -45,6 +46,18 @@ func (x *cli) schemaCommand(args []string, stdout, stderr io.Writer) error {
 		}
 		files = sqlinbox.UpgradeFiles
 	}
+	var taken versions
+	if *out != "" {
+		if err := checkFolder(*out); err != nil {
+			return err
+		}
+		if taken, err = folderVersions(*out); err != nil {
+			return err
+		}
+		if *version == "" {
+			*version = taken.next(time.Now())
+		}
+	}
 	fsys, err := files(dialect, c.table, sqlinbox.MigrationFormat(*format), *version)
 	if err != nil {
 		return usageError{fmt.Errorf("schema: %w", err)}
@@ -60,7 +73,7 @@ func (x *cli) schemaCommand(args []string, stdout, stderr io.Writer) error {
 		_, err := io.WriteString(stdout, written[0].content)
 		return err
 	}
-	if err := checkFolder(*out); err != nil {
+	if err := taken.refuse(*out, written); err != nil {
 		return err
 	}
 	if err := refuseExisting(*out, written, *force); err != nil {

@@ -62,14 +62,14 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 		names   map[sqlinbox.MigrationFormat][]string
 	}{
 		{sqlinbox.Postgres(), "app.billing_inbox", map[sqlinbox.MigrationFormat][]string{
-			sqlinbox.FormatGoose:         {"00042_create_app_billing_inbox.sql"},
-			sqlinbox.FormatGolangMigrate: {"00042_create_app_billing_inbox.down.sql", "00042_create_app_billing_inbox.up.sql"},
-			sqlinbox.FormatSQL:           {"00042_create_app_billing_inbox.sql"},
+			sqlinbox.FormatGoose:         {"00042_create_app.billing_inbox.sql"},
+			sqlinbox.FormatGolangMigrate: {"00042_create_app.billing_inbox.down.sql", "00042_create_app.billing_inbox.up.sql"},
+			sqlinbox.FormatSQL:           {"00042_create_app.billing_inbox.sql"},
 		}},
 		{sqlinbox.MySQL(), "test.billing_inbox", map[sqlinbox.MigrationFormat][]string{
-			sqlinbox.FormatGoose:         {"00042_create_test_billing_inbox.sql"},
-			sqlinbox.FormatGolangMigrate: {"00042_create_test_billing_inbox.down.sql", "00042_create_test_billing_inbox.up.sql"},
-			sqlinbox.FormatSQL:           {"00042_create_test_billing_inbox.sql"},
+			sqlinbox.FormatGoose:         {"00042_create_test.billing_inbox.sql"},
+			sqlinbox.FormatGolangMigrate: {"00042_create_test.billing_inbox.down.sql", "00042_create_test.billing_inbox.up.sql"},
+			sqlinbox.FormatSQL:           {"00042_create_test.billing_inbox.sql"},
 		}},
 		{sqlinbox.SQLite(), "billing_inbox", map[sqlinbox.MigrationFormat][]string{
 			sqlinbox.FormatGoose:         {"00042_create_billing_inbox.sql"},
@@ -129,7 +129,7 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	aFile := filepath.Join(dir, "00001_create_app_billing_inbox.up.sql")
+	aFile := filepath.Join(dir, "00001_create_app.billing_inbox.up.sql")
 	base := []string{"schema", "-dialect", "postgres", "-format", "golang-migrate", "-out", dir}
 	for _, tt := range []struct {
 		what   string
@@ -145,7 +145,7 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 		{"a bad version", append(base, "-version", "v2"), exitUsage, `migration version "v2"`},
 		{"the files exist", append(base, "-table", "app.billing_inbox", "-version", "00001"), exitFail, "give -force to replace it"},
 		{"the table's migration exists under another version", append(base, "-table", "app.billing_inbox"), exitFail,
-			"already holds the migration of this table: 00001_create_app_billing_inbox.down.sql, 00001_create_app_billing_inbox.up.sql; to write it again, give -version 00001 -force"},
+			"already holds the migration of this table: 00001_create_app.billing_inbox.down.sql, 00001_create_app.billing_inbox.up.sql; to write it again, give -version 00001 -force"},
 		{"-force with another version", append(base, "-table", "app.billing_inbox", "-version", "00002", "-force"), exitFail, "give -version 00001 -force"},
 	} {
 		before := folder(t, dir)

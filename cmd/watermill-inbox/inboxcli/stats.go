@@ -75,9 +75,17 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 		return err
 	}
 
+	index := "yes"
+	if indexed, err := d.retentionIndex(ctx); err != nil {
+		return err
+	} else if !indexed {
+		index = "NO: " + noRetentionIndex(t.table, dialect.Name())
+	}
+
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "table\t%s (%s)\n", t.table, dialect.Name())
 	fmt.Fprintf(w, "guards\t%s\n", guard)
+	fmt.Fprintf(w, "retention index\t%s\n", index)
 	fmt.Fprintf(w, "size\t%s (%d bytes%s)\n", humanBytes(size), size, sizeNote)
 	fmt.Fprintf(w, "claims\t%d\n", total)
 	fmt.Fprintf(w, "consumers\t%d\n", len(consumers))
