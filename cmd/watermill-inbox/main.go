@@ -11,7 +11,9 @@
 //
 // The database comes from -dsn or the INBOX_DSN environment variable: postgres:// or
 // postgresql:// URLs (pgx), mysql:// followed by a go-sql-driver/mysql DSN, sqlite:// followed
-// by a file path, or file: URIs (modernc.org/sqlite). Without a scheme, name the dialect with
+// by a file path, or file: URIs (modernc.org/sqlite). PostgreSQL is opened in pgx's exec
+// mode unless the DSN sets default_query_exec_mode, so that every command works through a
+// pooler in transaction mode. Without a scheme, name the dialect with
 // -dialect. stats and cleanup refuse a SQLite file that does not exist (SQLite would create
 // an empty one); migrate creates it.
 //

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -272,16 +271,9 @@ func qualifiedTable(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect) string {
 // fine), stats and cleanup fail clearly before it exists, check passes it, cleanup deletes
 // exactly the expired claims with a bar or a summary line, and stats reports what is left.
 // On SQLite a qualified name is refused by every command. PostgreSQL also through PgBouncer
-// in transaction mode, with the DSN docs/pooler.md gives.
+// in transaction mode, with the DSN as a user writes it (TestEveryCommandThroughAPooler).
 func TestCommandsAgainstDatabases(t *testing.T) {
-	bouncer, err := url.Parse(testenv.PgBouncerURL(t, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	query := bouncer.Query()
-	query.Set("default_query_exec_mode", "exec")
-	bouncer.RawQuery = query.Encode()
-	pooled := database{"postgres/pgbouncer", bouncer.String(), "now() - interval '2 hours'", "now()"}
+	pooled := database{"postgres/pgbouncer", testenv.PgBouncerURL(t, 4), "now() - interval '2 hours'", "now()"}
 	for _, d := range append(databases(t), pooled) {
 		for _, qualified := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/qualified=%v", d.name, qualified), func(t *testing.T) {
