@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,14 +34,18 @@ var migrationCLIs = []struct {
 	{"migrate", "INBOX_TEST_MIGRATE", ".", "github.com/golang-migrate/migrate/v4/cmd/migrate", "pgx5 mysql"},
 }
 
-// commandLines returns the path of each command line by name, built into a directory of t's
-// (the versions this module requires) unless its variable names a binary. A build that fails
-// skips t, or fails it when INBOX_TEST_REQUIRE_SERVICES=1.
-func commandLines(t *testing.T) map[string]string {
+// commandLines returns the path of each command line named (all of them if none is) by
+// name, built into a directory of t's (the versions this module requires) unless its
+// variable names a binary. A build that fails skips t, or fails it when
+// INBOX_TEST_REQUIRE_SERVICES=1.
+func commandLines(t *testing.T, names ...string) map[string]string {
 	t.Helper()
 	bin := t.TempDir()
 	paths := map[string]string{}
 	for _, c := range migrationCLIs {
+		if len(names) > 0 && !slices.Contains(names, c.name) {
+			continue
+		}
 		if path := os.Getenv(c.variable); path != "" {
 			paths[c.name] = path
 			continue

@@ -75,6 +75,15 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 		return err
 	}
 
+	sharedTotal, shared, err := readSharedKeys(ctx, db, quoted, len(consumers))
+	if err != nil {
+		return err
+	}
+	claims := map[string]int64{}
+	for _, c := range consumers {
+		claims[c.consumer] = c.claims
+	}
+
 	index := "yes"
 	if indexed, err := d.retentionIndex(ctx); err != nil {
 		return err
@@ -89,6 +98,7 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 	fmt.Fprintf(w, "size\t%s (%d bytes%s)\n", humanBytes(size), size, sizeNote)
 	fmt.Fprintf(w, "claims\t%d\n", total)
 	fmt.Fprintf(w, "consumers\t%d\n", len(consumers))
+	writeSharedKeys(w, sharedTotal, shared, claims)
 	if total > 0 {
 		fmt.Fprintf(w, "oldest claim\t%s\n", oldest)
 		fmt.Fprintf(w, "newest claim\t%s\n", newest)
@@ -97,6 +107,7 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 		for _, c := range consumers {
 			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", c.consumer, c.claims, c.oldest, c.newest)
 		}
+		writeSharedTable(w, shared, claims)
 	}
 	return w.Flush()
 }
