@@ -115,7 +115,7 @@ func judgeTable(dialect Dialect, table Table, columns []column) error {
 
 // migrationCommand is the command that writes the migration creating table in dialect, for
 // the messages of a refused table. It names the dialect as the command does: a dialect of
-// one's own is known to a build of the command that lists it (package inboxcli).
+// one's own is known to a build of the command that passes it to package inboxcli's Main.
 func migrationCommand(dialect Dialect, table Table) string {
 	name := table.Name
 	if table.Schema != "" {
