@@ -45,6 +45,7 @@ func (d *delivery) identify() (err error) {
 		return err
 	}
 	d.attrs = d.m.metrics.attrs(d.claim.Consumer, d.handler)
+	d.m.logHandlerOnce(d.handler, d.claim.Consumer)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -168,7 +169,9 @@ func (c Config) validate() error {
 //	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
 //		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
 //
-// A nil logger logs nothing.
+// It logs its consumer (or ConsumerByHandler's map) at info level, and each router
+// handler's consumer once, with its first message, so that a consumer set by accident
+// differently in each process shows in the logs. A nil logger logs nothing.
 func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {
 	if store == nil {
 		return nil, errors.New("inbox: NewMiddleware: store is nil")
@@ -192,6 +195,7 @@ func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (
 			return nil, err
 		}
 	}
+	m.logConsumers()
 	return m.wrap, nil
 }
 
@@ -202,6 +206,7 @@ type middleware struct {
 	metrics   *metrics
 	tracer    trace.Tracer
 	publisher atomic.Pointer[Publisher] // the one this inbox publishes recorded messages through
+	handlers  sync.Map                  // the router handlers whose consumer was logged
 }
 
 func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {

@@ -56,10 +56,10 @@ var (
 	mysqlRetentionSQL = retentionSQL{
 		fill: func(table, prefix string, n int, age time.Duration) (string, []any) {
 			return fmt.Sprintf("INSERT INTO %s (consumer, message_id, processed_at) "+
-					"SELECT CONCAT(?, seq %% 3), CONCAT(?, seq), NOW(6) - INTERVAL ? MICROSECOND FROM seq_1_to_%d", table, n),
+					"SELECT CONCAT(?, seq %% 3), CONCAT(?, seq), UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND FROM seq_1_to_%d", table, n),
 				[]any{prefix, prefix, age.Microseconds()}
 		},
-		ago: "NOW(6) - INTERVAL ? SECOND",
+		ago: "UTC_TIMESTAMP(6) - INTERVAL ? SECOND",
 	}
 	sqliteRetentionSQL = retentionSQL{
 		fill: func(table, prefix string, n int, age time.Duration) (string, []any) {

@@ -27,7 +27,7 @@ type tableShape struct {
 // The columns of the default schema, per dialect, without a key.
 const (
 	pgColumns     = `consumer varchar(255) COLLATE "C" NOT NULL, message_id varchar(255) COLLATE "C" NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(), payload_hash bytea, produced bytea`
-	mysqlColumns  = `consumer VARBINARY(255) NOT NULL, message_id VARBINARY(255) NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), payload_hash VARBINARY(64), produced LONGBLOB`
+	mysqlColumns  = `consumer VARBINARY(255) NOT NULL, message_id VARBINARY(255) NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), payload_hash VARBINARY(64), produced LONGBLOB`
 	sqliteColumns = `consumer TEXT NOT NULL, message_id TEXT NOT NULL, processed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), payload_hash BLOB, produced BLOB`
 )
 
@@ -50,21 +50,32 @@ var refusedShapes = []tableShape{
 		"its primary key is (consumer, message_id, processed_at); want (consumer, message_id)"},
 	{"case-insensitive message_id", map[string][]string{
 		"postgres": {`CREATE TABLE {t} (consumer varchar(255) COLLATE "C" NOT NULL, message_id varchar(255) COLLATE {ci} NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(), payload_hash bytea, produced bytea, PRIMARY KEY (consumer, message_id))`},
-		"mysql":    {"CREATE TABLE {t} (consumer VARBINARY(255) NOT NULL, message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), payload_hash VARBINARY(64), produced LONGBLOB, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB"},
+		"mysql":    {"CREATE TABLE {t} (consumer VARBINARY(255) NOT NULL, message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), payload_hash VARBINARY(64), produced LONGBLOB, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB"},
 		"sqlite":   {"CREATE TABLE {t} (consumer TEXT NOT NULL, message_id TEXT COLLATE NOCASE NOT NULL, processed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), payload_hash BLOB, produced BLOB, PRIMARY KEY (consumer, message_id))"},
 	}, "column message_id is"},
 	{"message_id citext", map[string][]string{
 		"postgres": {`CREATE TABLE {t} (consumer varchar(255) COLLATE "C" NOT NULL, message_id citext NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(), payload_hash bytea, produced bytea, PRIMARY KEY (consumer, message_id))`},
 	}, "column message_id is citext, which does not compare bytes exactly"},
 	{"message_id utf8mb4_bin, a PAD SPACE collation", map[string][]string{
-		"mysql": {"CREATE TABLE {t} (consumer VARBINARY(255) NOT NULL, message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), payload_hash VARBINARY(64), produced LONGBLOB, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB"},
+		"mysql": {"CREATE TABLE {t} (consumer VARBINARY(255) NOT NULL, message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), payload_hash VARBINARY(64), produced LONGBLOB, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB"},
 	}, "column message_id is varchar(255) COLLATE utf8mb4_bin, which does not compare bytes exactly"},
 	{"primary key on message_id alone", perDialect(", PRIMARY KEY (message_id)"),
 		"its primary key is (message_id); want (consumer, message_id)"},
 	{"UNIQUE instead of the primary key", perDialect(", UNIQUE (consumer, message_id)"), "it has no primary key"},
+	{"processed_at in the session's local time, as an earlier release made it", map[string][]string{
+		"mysql": {"CREATE TABLE {t} (consumer VARBINARY(255) NOT NULL, message_id VARBINARY(255) NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), payload_hash VARBINARY(64), produced LONGBLOB, PRIMARY KEY (consumer, message_id), INDEX processed_at (processed_at)) ENGINE=InnoDB"},
+	}, "column processed_at is datetime(6) DEFAULT current_timestamp(6), which does not hold the time of the claim as retention compares it; " +
+		"want DATETIME(6) DEFAULT (UTC_TIMESTAMP(6)), the time in UTC whatever the session's time zone; a table made by an earlier release is brought up to date " +
+		"by the migration of \"watermill-inbox schema -upgrade -format goose -dialect mysql -table "},
+	{"processed_at a timestamp without time zone, the session's local time", map[string][]string{
+		"postgres": {`CREATE TABLE {t} (consumer varchar(255) COLLATE "C" NOT NULL, message_id varchar(255) COLLATE "C" NOT NULL, processed_at timestamp NOT NULL DEFAULT now(), payload_hash bytea, produced bytea, PRIMARY KEY (consumer, message_id))`},
+	}, "column processed_at is timestamp without time zone, which does not hold the time of the claim as retention compares it; want timestamptz"},
+	{"processed_at a TIMESTAMP, which reads in the session's time zone", map[string][]string{
+		"mysql": {"CREATE TABLE {t} (consumer VARBINARY(255) NOT NULL, message_id VARBINARY(255) NOT NULL, processed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), payload_hash VARBINARY(64), produced LONGBLOB, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB"},
+	}, "column processed_at is timestamp(6) DEFAULT current_timestamp(6), which does not hold the time of the claim as retention compares it"},
 	{"produced missing", map[string][]string{
 		"postgres": {`CREATE TABLE {t} (consumer varchar(255) COLLATE "C" NOT NULL, message_id varchar(255) COLLATE "C" NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(), payload_hash bytea, PRIMARY KEY (consumer, message_id))`},
-		"mysql":    {"CREATE TABLE {t} (consumer VARBINARY(255) NOT NULL, message_id VARBINARY(255) NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), payload_hash VARBINARY(64), PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB"},
+		"mysql":    {"CREATE TABLE {t} (consumer VARBINARY(255) NOT NULL, message_id VARBINARY(255) NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), payload_hash VARBINARY(64), PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB"},
 		"sqlite":   {"CREATE TABLE {t} (consumer TEXT NOT NULL, message_id TEXT NOT NULL, processed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), payload_hash BLOB, PRIMARY KEY (consumer, message_id))"},
 	}, "it has no column produced"},
 }
@@ -77,7 +88,7 @@ var acceptedShape = tableShape{"extra column and extra index", map[string][]stri
 		`CREATE TABLE {t} (message_id text COLLATE "C" NOT NULL, consumer varchar(100) COLLATE "C" NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(), payload_hash bytea, produced bytea, tenant text, attempts int NOT NULL DEFAULT 0, PRIMARY KEY (message_id, consumer))`,
 		"CREATE INDEX {t}_tenant ON {t} (tenant)",
 	},
-	"mysql": {"CREATE TABLE {t} (message_id VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, consumer VARBINARY(100) NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), payload_hash VARBINARY(32), produced MEDIUMBLOB, tenant VARCHAR(64), attempts INT NOT NULL DEFAULT 0, PRIMARY KEY (message_id, consumer), INDEX tenant (tenant), INDEX processed_at (processed_at)) ENGINE=InnoDB"},
+	"mysql": {"CREATE TABLE {t} (message_id VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, consumer VARBINARY(100) NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), payload_hash VARBINARY(32), produced MEDIUMBLOB, tenant VARCHAR(64), attempts INT NOT NULL DEFAULT 0, PRIMARY KEY (message_id, consumer), INDEX tenant (tenant), INDEX processed_at (processed_at)) ENGINE=InnoDB"},
 	"sqlite": {
 		"CREATE TABLE {t} (message_id VARCHAR(200) NOT NULL, consumer VARCHAR(100) NOT NULL, processed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), payload_hash BLOB, produced BLOB, tenant TEXT, attempts INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (message_id, consumer))",
 		"CREATE INDEX {t}_tenant ON {t} (tenant)",

@@ -66,6 +66,19 @@ type Dialect interface {
 	// ColumnTypes names, for the table check's messages, the types the dialect accepts for
 	// the key columns, for payload_hash and produced, and for processed_at.
 	ColumnTypes() (key, binary, temporal string)
+	// RetentionIndex returns a catalog query, sent as it is with args, that returns one row:
+	// the number of table t's indexes whose first column is processed_at, the index by which
+	// DeleteExpired finds the oldest claims without reading the whole table. The table check
+	// does not ask for it (a table without it guards all the same); the command-line tool's
+	// migrate, check and stats do.
+	RetentionIndex(t Table) (query string, args []any)
+	// UpgradeTable returns the migration that brings a table t made by an earlier release's
+	// CreateTable to this release's shape: a name for its files ("utc_processed_at"), the
+	// statements that upgrade the table and those that undo the upgrade. Each statement
+	// changes nothing on a table that has the shape it leads to already, so the upgrade can
+	// be applied to a table of any release, also one CreateTable made. name "": the table
+	// has not changed. MigrationFiles writes it with Upgrade.
+	UpgradeTable(t Table) (name string, up, down []string)
 
 	// InsertClaim inserts a claim (parameters: consumer, key, fingerprint) and fails on a
 	// duplicate with an error that IsDuplicateKey recognises. Write-behind mode claims with

@@ -29,18 +29,25 @@ func (mysql) ParseTable(name string) (Table, error) {
 }
 
 // CreateTable: VARBINARY key columns compare bytes exactly (the default collations would make
-// "A" and "a" one key). The processed_at index is inside CREATE TABLE: MySQL has no CREATE
-// INDEX IF NOT EXISTS.
+// "A" and "a" one key). processed_at is the time in UTC, which no session's time zone changes
+// (see DeleteExpired); an expression default needs MariaDB 10.2 or MySQL 8.0.13. The
+// processed_at index is inside CREATE TABLE: MySQL has no CREATE INDEX IF NOT EXISTS. A
+// table qualified by a database creates that database first if it does not exist, so that a
+// migration runs on a new server.
 func (mysql) CreateTable(t Table) []string {
-	return []string{`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
+	var database []string
+	if t.Schema != "" {
+		database = []string{"CREATE DATABASE IF NOT EXISTS `" + t.Schema + "`"}
+	}
+	return append(database, `CREATE TABLE IF NOT EXISTS `+t.Quoted+` (
 	consumer     VARBINARY(255) NOT NULL,
 	message_id   VARBINARY(255) NOT NULL,
-	processed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+	processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
 	payload_hash VARBINARY(64),
 	produced     LONGBLOB,
 	PRIMARY KEY (consumer, message_id),
 	INDEX processed_at (processed_at)
-) ENGINE=InnoDB`}
+) ENGINE=InnoDB`)
 }
 
 // SchemaLock: MySQL's DDL commits on its own; CREATE TABLE IF NOT EXISTS is safe at once.
@@ -56,7 +63,7 @@ func (mysql) DescribeTable(t Table) (string, []any) {
 
 func (mysql) ColumnTypes() (key, binary, temporal string) {
 	return "VARBINARY, or VARCHAR CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin (MariaDB) or utf8mb4_0900_bin (MySQL)",
-		"VARBINARY or a BLOB type", "DATETIME(6)"
+		"VARBINARY or a BLOB type", "DATETIME(6) DEFAULT (UTC_TIMESTAMP(6)), the time in UTC whatever the session's time zone"
 }
 
 // mysqlDescribe describes the table (schema ?, default DATABASE(); name ?) for the table
@@ -65,14 +72,18 @@ func (mysql) ColumnTypes() (key, binary, temporal string) {
 // are one key); BINARY(n) and CHAR(n), which pad the value, so that the read of a
 // duplicate's record finds nothing (BINARY) or two keys are one (CHAR). MariaDB's
 // information_schema has no PAD_ATTRIBUTE, so the collation is known by name. MariaDB writes
-// a nullable column without a default as the default 'NULL'.
+// a nullable column without a default as the default 'NULL'. Temporal: a DATETIME whose
+// default is UTC_TIMESTAMP, which DeleteExpired compares with UTC_TIMESTAMP; the type of a
+// DATETIME or TIMESTAMP column is written with its default, which names what an older table
+// has (CURRENT_TIMESTAMP: the session's local time; a TIMESTAMP converts from and to it).
 const mysqlDescribe = `SELECT c.COLUMN_NAME,
-	CONCAT(c.COLUMN_TYPE, IF(c.COLLATION_NAME IS NULL, '', CONCAT(' COLLATE ', c.COLLATION_NAME))),
+	CONCAT(c.COLUMN_TYPE, IF(c.COLLATION_NAME IS NULL, '', CONCAT(' COLLATE ', c.COLLATION_NAME)),
+		IF(c.DATA_TYPE IN ('datetime', 'timestamp'), CONCAT(' DEFAULT ', COALESCE(c.COLUMN_DEFAULT, 'NULL')), '')),
 	COALESCE(k.SEQ_IN_INDEX, 0),
 	(c.DATA_TYPE = 'varbinary' OR (c.DATA_TYPE = 'varchar' AND c.CHARACTER_SET_NAME = 'utf8mb4'
 		AND (c.COLLATION_NAME LIKE '%\_nopad\_bin' OR c.COLLATION_NAME = 'utf8mb4_0900_bin'))) AND k.SUB_PART IS NULL,
 	c.DATA_TYPE IN ('varbinary', 'tinyblob', 'blob', 'mediumblob', 'longblob'),
-	c.DATA_TYPE IN ('datetime', 'timestamp'),
+	c.DATA_TYPE = 'datetime' AND LOWER(c.COLUMN_DEFAULT) LIKE 'utc\_timestamp%',
 	c.IS_NULLABLE = 'YES',
 	(c.COLUMN_DEFAULT IS NOT NULL AND c.COLUMN_DEFAULT <> 'NULL') OR c.EXTRA LIKE '%GENERATED%' OR c.EXTRA LIKE '%auto_increment%',
 	IF(EXISTS (SELECT 1 FROM information_schema.STATISTICS p WHERE p.TABLE_SCHEMA = c.TABLE_SCHEMA
@@ -82,6 +93,48 @@ LEFT JOIN information_schema.STATISTICS k ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND
 	AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY'
 WHERE c.TABLE_SCHEMA = COALESCE(?, DATABASE()) AND c.TABLE_NAME = ?
 ORDER BY c.ORDINAL_POSITION`
+
+// RetentionIndex counts the indexes of the table (schema ?, default DATABASE(); name ?) whose
+// first column is processed_at.
+func (mysql) RetentionIndex(t Table) (string, []any) {
+	var schema any
+	if t.Schema != "" {
+		schema = t.Schema
+	}
+	return `SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = 'processed_at' AND SEQ_IN_INDEX = 1`, []any{schema, t.Name}
+}
+
+// UpgradeTable moves a table made before processed_at was the time in UTC (DEFAULT
+// CURRENT_TIMESTAMP(6), the claiming session's local time) to UTC: the claims it holds are
+// converted from the time zone of the session that runs the migration, which must be the
+// zone the services' sessions had (the DSN's time_zone, else the server's), and the default
+// becomes UTC_TIMESTAMP(6). The table is locked meanwhile, so that no claim is made between
+// the conversion and the new default: claims wait for the migration. A claim whose
+// conversion fails (outside TIMESTAMP's range) keeps its time. The conversion runs only
+// while the default is the old one, so a second run, or a run on a table CreateTable made,
+// changes nothing; the down migration converts back only while the default is UTC's.
+func (mysql) UpgradeTable(t Table) (name string, up, down []string) {
+	schema := "DATABASE()"
+	if t.Schema != "" {
+		schema = "'" + t.Schema + "'" // a validated identifier holds no quote
+	}
+	defaultIs := func(prefix string) string {
+		return "(SELECT LOWER(c.COLUMN_DEFAULT) FROM information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = " + schema +
+			" AND c.TABLE_NAME = '" + t.Name + "' AND c.COLUMN_NAME = 'processed_at') LIKE '" + prefix + "%'"
+	}
+	convert := func(from, to, oldDefault, newDefault string) []string {
+		return []string{
+			"LOCK TABLES " + t.Quoted + " WRITE",
+			"UPDATE " + t.Quoted + " SET processed_at = COALESCE(CONVERT_TZ(processed_at, " + from + ", " + to + "), processed_at) WHERE " + defaultIs(oldDefault),
+			"ALTER TABLE " + t.Quoted + " ALTER COLUMN processed_at SET DEFAULT " + newDefault,
+			"UNLOCK TABLES",
+		}
+	}
+	return "utc_processed_at",
+		convert("@@session.time_zone", "'+00:00'", `current\_timestamp`, "(UTC_TIMESTAMP(6))"),
+		convert("'+00:00'", "@@session.time_zone", `utc\_timestamp`, "CURRENT_TIMESTAMP(6)")
+}
 
 func (mysql) InsertClaim(t Table) string {
 	return "INSERT INTO " + t.Quoted + " (consumer, message_id, payload_hash) VALUES (UNHEX(?), UNHEX(?), UNHEX(?))"
@@ -184,13 +237,17 @@ func (mysql) LockTimeout(timeout time.Duration) (string, []any) {
 	return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}
 }
 
-// DeleteExpired: the processed_at index gives the oldest rows; LIMIT bounds the batch.
+// DeleteExpired compares processed_at, the time in UTC of the claim (CreateTable's default),
+// with UTC_TIMESTAMP: neither depends on a session's time zone (the DSN's time_zone, or the
+// server's), which may differ between the claiming services and the cleanup, and whose
+// daylight-saving changes would move a local time by an hour. The processed_at index gives
+// the oldest rows; LIMIT bounds the batch.
 func (mysql) DeleteExpired(t Table) string {
-	return "DELETE FROM " + t.Quoted + " WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?"
+	return "DELETE FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?"
 }
 
 func (mysql) CountExpired(t Table) string {
-	return "SELECT COUNT(*) FROM " + t.Quoted + " WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND"
+	return "SELECT COUNT(*) FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
 }
 
 func (mysql) Age(olderThan time.Duration) any { return olderThan.Microseconds() }

@@ -27,10 +27,23 @@ func (postgres) ParseTable(name string) (Table, error) { return parseQualified(n
 func doubleQuote(identifier string) string { return `"` + identifier + `"` }
 
 // CreateTable: the key columns compare bytes exactly, by collation "C" (also the fastest to
-// index); the index lets retention find old rows without reading the whole table.
+// index); the index lets retention find old rows without reading the whole table. A
+// qualified table's schema is created first if it does not exist, so that a migration runs
+// on a new database: CREATE SCHEMA IF NOT EXISTS would need the CREATE privilege on the
+// database even when the schema exists, which a team's migration user may lack, so the
+// block creates it only when it is missing (and lets a schema created meanwhile be).
 func (postgres) CreateTable(t Table) []string {
-	return []string{
-		`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
+	var schema []string
+	if t.Schema != "" {
+		schema = []string{`DO $$ BEGIN
+	IF to_regnamespace('` + doubleQuote(t.Schema) + `') IS NULL THEN
+		CREATE SCHEMA ` + doubleQuote(t.Schema) + `;
+	END IF;
+EXCEPTION WHEN duplicate_schema THEN NULL;
+END $$`}
+	}
+	return append(schema,
+		`CREATE TABLE IF NOT EXISTS `+t.Quoted+` (
 	consumer     varchar(255) COLLATE "C" NOT NULL,
 	message_id   varchar(255) COLLATE "C" NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
@@ -38,8 +51,8 @@ func (postgres) CreateTable(t Table) []string {
 	produced     bytea,
 	PRIMARY KEY (consumer, message_id)
 )`,
-		`CREATE INDEX IF NOT EXISTS ` + doubleQuote(indexName(t.Name)) + ` ON ` + t.Quoted + ` (processed_at)`,
-	}
+		`CREATE INDEX IF NOT EXISTS `+doubleQuote(indexName(t.Name))+` ON `+t.Quoted+` (processed_at)`,
+	)
 }
 
 // SchemaLock: CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
@@ -53,17 +66,30 @@ func (postgres) ColumnTypes() (key, binary, temporal string) {
 	return `varchar or text with a deterministic collation (COLLATE "C"), or bytea`, "bytea", "timestamptz"
 }
 
+// RetentionIndex counts the valid indexes of the table named by $1 (quoted, found as
+// postgresDescribe finds it) that start with processed_at.
+func (postgres) RetentionIndex(t Table) (string, []any) {
+	return `SELECT count(*) FROM pg_index i
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+WHERE i.indrelid = to_regclass($1::text) AND a.attname = 'processed_at' AND i.indisvalid`, []any{t.Quoted}
+}
+
+// UpgradeTable: the table has not changed.
+func (postgres) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
+
 // postgresDescribe describes the table named by $1 (quoted, found on the search path as the
 // store's statements find it) for the table check. Exact: text, varchar or bytea (not
 // char(n), which ignores trailing spaces; not citext or a domain) with a deterministic
-// collation, under which equal means the same bytes.
+// collation, under which equal means the same bytes. Temporal: timestamptz, an instant; a
+// timestamp without time zone holds the claiming session's local time, which DeleteExpired
+// would read in the cleaning session's TimeZone.
 const postgresDescribe = `SELECT a.attname::text,
 	format_type(a.atttypid, a.atttypmod) ||
 		CASE WHEN a.attcollation <> t.typcollation THEN ' COLLATE ' || quote_ident(c.collname) ELSE '' END,
 	COALESCE((SELECT k.n FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) WHERE k.attnum = a.attnum), 0)::int,
 	(t.typtype = 'b' AND t.typname IN ('text', 'varchar', 'bytea') AND (c.oid IS NULL OR c.collisdeterministic))::int,
 	(t.typname = 'bytea')::int,
-	(t.typname IN ('timestamptz', 'timestamp'))::int,
+	(t.typname = 'timestamptz')::int,
 	(NOT a.attnotnull)::int,
 	(a.atthasdef OR a.attgenerated <> '' OR a.attidentity <> '')::int,
 	COALESCE(con.conname::text, '')

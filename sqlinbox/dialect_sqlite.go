@@ -21,27 +21,27 @@ func (sqlite) dialect() {}
 
 func (sqlite) Name() string { return "sqlite" }
 
-// ParseTable accepts no schema but main: in SQLite another schema is an attached database,
-// which every connection of the store's pool, and of a migration tool, would have to ATTACH
-// itself, or the table is not found.
+// ParseTable accepts no schema: in SQLite another schema is an attached database, which every
+// connection of the store's pool, and of a migration tool, would have to ATTACH itself, or
+// the table is not found; and main.inbox is inbox under a second name, which the team's
+// migrations, its stores and the command-line tool would each have to spell one way.
 func (sqlite) ParseTable(name string) (Table, error) {
 	t, err := parseQualified(name, doubleQuote)
 	if err != nil {
 		return Table{}, err
 	}
-	if t.Schema != "" && t.Schema != "main" {
-		return Table{}, fmt.Errorf("%w %q: SQLite has no schemas (%s would be an attached database); use the table's name alone",
-			ErrInvalidTableName, name, t.Schema)
+	if t.Schema != "" {
+		what := t.Schema + " would be an attached database"
+		if t.Schema == "main" {
+			what = "main is the database itself"
+		}
+		return Table{}, fmt.Errorf("%w %q: SQLite has no schemas (%s); use the table's name alone", ErrInvalidTableName, name, what)
 	}
 	return t, nil
 }
 
-// CreateTable: SQLite puts the schema on the index's name rather than on its table.
 func (sqlite) CreateTable(t Table) []string {
 	index := doubleQuote(indexName(t.Name))
-	if t.Schema != "" {
-		index = doubleQuote(t.Schema) + "." + index
-	}
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
 	consumer     TEXT NOT NULL,
@@ -51,7 +51,7 @@ func (sqlite) CreateTable(t Table) []string {
 	produced     BLOB,
 	PRIMARY KEY (consumer, message_id)
 ) WITHOUT ROWID`,
-		`CREATE INDEX IF NOT EXISTS ` + index + ` ON ` + doubleQuote(t.Name) + ` (processed_at)`,
+		`CREATE INDEX IF NOT EXISTS ` + index + ` ON ` + t.Quoted + ` (processed_at)`,
 	}
 }
 
@@ -69,6 +69,20 @@ func (sqlite) DescribeTable(t Table) (string, []any) {
 func (sqlite) ColumnTypes() (key, binary, temporal string) {
 	return "TEXT or BLOB with the BINARY collation (no COLLATE NOCASE or RTRIM)", "BLOB", "TEXT"
 }
+
+// RetentionIndex counts the indexes of the table (name ?1 in schema ?2) whose first column
+// is processed_at.
+func (sqlite) RetentionIndex(t Table) (string, []any) {
+	schema := t.Schema
+	if schema == "" {
+		schema = "main"
+	}
+	return `SELECT COUNT(*) FROM pragma_index_list(?1, ?2) il
+WHERE (SELECT ii.name FROM pragma_index_info(il.name, ?2) ii WHERE ii.seqno = 0) = 'processed_at'`, []any{t.Name, schema}
+}
+
+// UpgradeTable: the table has not changed.
+func (sqlite) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
 
 // sqliteDescribe describes the table (name ?1 in schema ?2) for the table check. A key
 // column's collation is the primary key index's. Exact: TEXT or BLOB affinity (an INTEGER or

@@ -38,14 +38,14 @@ func TestSchemaSQL(t *testing.T) {
 		wantPrefix string
 		wantParts  []string
 	}{
-		{sqlinbox.Postgres(), "billing.inbox", `CREATE TABLE IF NOT EXISTS "billing"."inbox" (`,
-			[]string{`message_id   varchar(255) COLLATE "C" NOT NULL`, "PRIMARY KEY (consumer, message_id)",
-				`CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "billing"."inbox" (processed_at)`}},
+		{sqlinbox.Postgres(), "billing.inbox", `DO $$ BEGIN`,
+			[]string{`CREATE SCHEMA "billing";`, `CREATE TABLE IF NOT EXISTS "billing"."inbox" (`, `message_id   varchar(255) COLLATE "C" NOT NULL`,
+				"PRIMARY KEY (consumer, message_id)", `CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "billing"."inbox" (processed_at)`}},
 		{sqlinbox.MySQL(), "inbox", "CREATE TABLE IF NOT EXISTS `inbox` (",
 			[]string{"message_id   VARBINARY(255) NOT NULL", "PRIMARY KEY (consumer, message_id)", "INDEX processed_at (processed_at)", "ENGINE=InnoDB"}},
-		{sqlinbox.SQLite(), "main.inbox", `CREATE TABLE IF NOT EXISTS "main"."inbox" (`,
+		{sqlinbox.SQLite(), "inbox", `CREATE TABLE IF NOT EXISTS "inbox" (`,
 			[]string{"strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "PRIMARY KEY (consumer, message_id)", "WITHOUT ROWID",
-				`CREATE INDEX IF NOT EXISTS "main"."inbox_processed_at" ON "inbox" (processed_at)`}},
+				`CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "inbox" (processed_at)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.dialect.Name(), func(t *testing.T) {

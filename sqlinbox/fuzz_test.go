@@ -12,8 +12,9 @@ import (
 // table name that ValidateTableName accepts is one or two parts joined by a dot, each made of
 // [A-Za-z0-9_] only, 1-63 bytes, not starting with a digit; everything else is rejected with
 // ErrInvalidTableName. Each dialect's ParseTable and SchemaSQL agree with ValidateTableName
-// (SQLite's refuse a schema other than main, which would be an attached database), and quoting wraps each part in the dialect's quote without ever putting a quote inside a
-// part.
+// (SQLite's refuse every schema, main's too), quoting wraps each part in the dialect's quote
+// without ever putting a quote inside a part, and the DDL creates the quoted table, after its
+// quoted schema where the name has one.
 //
 // Seeds are in testdata/fuzz/FuzzTableNameIsOnlyIdentifiers; run it with
 //
@@ -38,13 +39,16 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 		for _, d := range []struct {
 			dialect sqlinbox.Dialect
 			quote   string
-			// schemas: a qualified name is valid (SQLite has no schema but main).
-			schemas bool
+			// schemas: a qualified name is valid (SQLite has no schemas), and createSchema
+			// begins its DDL, before the quoted schema.
+			schemas      bool
+			createSchema string
 		}{
-			{sqlinbox.Postgres(), `"`, true}, {sqlinbox.SQLite(), `"`, false}, {sqlinbox.MySQL(), "`", true},
+			{sqlinbox.Postgres(), `"`, true, "DO $$ BEGIN\n\tIF to_regnamespace('"}, {sqlinbox.SQLite(), `"`, false, ""},
+			{sqlinbox.MySQL(), "`", true, "CREATE DATABASE IF NOT EXISTS "},
 		} {
 			err := err
-			if schema, _, qualified := strings.Cut(name, "."); err == nil && qualified && !d.schemas && schema != "main" {
+			if _, _, qualified := strings.Cut(name, "."); err == nil && qualified && !d.schemas {
 				err = errors.New("a schema the dialect has not")
 			}
 			table, qErr := d.dialect.ParseTable(name)
@@ -80,8 +84,15 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 					t.Fatalf("%s: ParseTable(%q) = %q: a quote inside part %q", d.dialect.Name(), name, quoted, inner)
 				}
 			}
+			if len(parts) == 2 {
+				schema, rest, ok := strings.Cut(ddl, ";\nCREATE TABLE ")
+				if !ok || !strings.HasPrefix(schema, d.createSchema+quotedParts[0]) {
+					t.Fatalf("%s: SchemaSQL(%q) does not create the quoted schema %s first: %.80q", d.dialect.Name(), name, quotedParts[0], ddl)
+				}
+				ddl = "CREATE TABLE " + rest
+			}
 			if !strings.HasPrefix(ddl, "CREATE TABLE IF NOT EXISTS "+quoted+" (") {
-				t.Fatalf("%s: SchemaSQL(%q) does not start with the quoted name %q: %.80q", d.dialect.Name(), name, quoted, ddl)
+				t.Fatalf("%s: SchemaSQL(%q) does not create the quoted name %q: %.80q", d.dialect.Name(), name, quoted, ddl)
 			}
 		}
 	})

@@ -34,13 +34,17 @@ const (
 // fs.FS, which both tools take as it is: goose.NewProvider(dialect, db, fsys) and
 // golang-migrate's iofs.New(fsys, ".").
 //
-// The up statements are exactly SchemaSQL's; the down statement drops the table, and its
-// index and claims with it. The name is create_ and the table's name, with its schema
-// ("create_app_billing_inbox"). version numbers the files: "" takes the time now in UTC,
-// as goose create and golang-migrate's migrate create do (20261201150405); a team that
-// numbers its migrations in sequence gives the next number as its folder writes them
-// ("00042"): 1 to 19 digits, not 0. Called at run time, to embed the files, it needs a
-// fixed version, or every start numbers a new migration.
+// The up statements are exactly SchemaSQL's, which create a qualified table's schema first
+// if it does not exist; the down statement drops the table, and its index and claims with
+// it, but not the schema, which other tables may share. The name is create_ and the table's
+// name as given, its schema and the dot included ("create_app.billing_inbox"), so that two
+// tables never share one (app.billing_inbox and app_billing.inbox). version numbers the
+// files: "" takes the time now in UTC, as goose create and golang-migrate's migrate create
+// do (20261201150405); a team that numbers its migrations in sequence gives the next number
+// as its folder writes them ("00042"): 1 to 19 digits, not 0. Both tools refuse a folder in
+// which two migrations have one version: to write several in one second, give each its own
+// (the CLI's schema -out picks one no file of the folder has). Called at run time, to embed
+// the files, it needs a fixed version, or every start numbers a new migration.
 //
 // The library keeps no version table of its own: the team's tool records what it applied.
 // A release that changes the table ships a migration of its own to add after this one.
@@ -49,15 +53,41 @@ func MigrationFiles(dialect Dialect, table string, format MigrationFormat, versi
 	if err != nil {
 		return nil, err
 	}
+	return migration("create", table, dialect.CreateTable(t), []string{"DROP TABLE IF EXISTS " + t.Quoted}, format, version)
+}
+
+// UpgradeFiles returns the migration that brings the inbox table table, made by an earlier
+// release, to this release's shape in dialect (Dialect.UpgradeTable), laid out as
+// MigrationFiles lays out the table's first migration: add it after that one. The name is
+// upgrade_, the table's name as given and the upgrade's ("upgrade_inbox_utc_processed_at"); the
+// version is MigrationFiles's. The upgrade changes nothing on a table that has the shape
+// already, so it is safe on a table this release created. A dialect whose table has not
+// changed returns an error saying so.
+//
+// The upgrades so far: MySQL/MariaDB's processed_at holds the time in UTC
+// (utc_processed_at); it converts the claims the table holds from the time zone of the
+// session that runs it, so run it in a session of the zone your services' sessions had.
+func UpgradeFiles(dialect Dialect, table string, format MigrationFormat, version string) (fs.FS, error) {
+	t, err := parseTable(dialect, table)
+	if err != nil {
+		return nil, err
+	}
+	name, up, down := dialect.UpgradeTable(t)
+	if name == "" {
+		return nil, fmt.Errorf("sqlinbox: the %s inbox table has not changed since its first migration: there is no upgrade", dialect.Name())
+	}
+	return migration("upgrade", table+"_"+name, up, down, format, version)
+}
+
+// migration lays out the migration verb_name of the statements up and down as format's files.
+func migration(verb, name string, up, down []string, format MigrationFormat, version string) (fs.FS, error) {
 	if version == "" {
 		version = time.Now().UTC().Format("20060102150405")
 	}
 	if err := validateVersion(version); err != nil {
 		return nil, err
 	}
-	name := version + "_create_" + strings.ReplaceAll(table, ".", "_")
-	up := dialect.CreateTable(t)
-	down := []string{"DROP TABLE IF EXISTS " + t.Quoted}
+	name = version + "_" + verb + "_" + name
 	switch format {
 	case FormatGoose:
 		return newMigrationFS(migrationFile{name + ".sql", "-- +goose Up\n" + gooseStatements(up) +

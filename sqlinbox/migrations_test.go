@@ -47,13 +47,19 @@ func TestMigrationFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			name := "00042_create_" + strings.ReplaceAll(tt.table, ".", "_")
+			name := "00042_create_" + tt.table
+			// goose's file holds the DDL with PostgreSQL's schema block, which has ";" of its
+			// own, between StatementBegin and StatementEnd.
+			gooseUp := up
+			if block, rest, ok := strings.Cut(up, "END $$;\n"); ok {
+				gooseUp = "-- +goose StatementBegin\n" + block + "END $$;\n-- +goose StatementEnd\n" + rest
+			}
 			for _, f := range []struct {
 				format sqlinbox.MigrationFormat
 				want   map[string]string
 			}{
 				{sqlinbox.FormatGoose, map[string]string{
-					name + ".sql": "-- +goose Up\n" + up + "\n-- +goose Down\n" + tt.drop,
+					name + ".sql": "-- +goose Up\n" + gooseUp + "\n-- +goose Down\n" + tt.drop,
 				}},
 				{sqlinbox.FormatGolangMigrate, map[string]string{name + ".up.sql": up, name + ".down.sql": tt.drop}},
 				{sqlinbox.FormatSQL, map[string]string{name + ".sql": up}},
@@ -152,6 +158,26 @@ func TestMigrationFilesVersionAndBadInput(t *testing.T) {
 	} {
 		if _, err := sqlinbox.MigrationFiles(tt.dialect, tt.table, sqlinbox.FormatGoose, "1"); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
 			t.Errorf("%s table %q: err = %v, want ErrInvalidTableName", tt.dialect.Name(), tt.table, err)
+		}
+	}
+}
+
+// The upgrade is laid out as the first migration is, named after the table and the upgrade;
+// a dialect whose table has not changed has none.
+func TestUpgradeFiles(t *testing.T) {
+	fsys, err := sqlinbox.UpgradeFiles(sqlinbox.MySQL(), "inbox", sqlinbox.FormatGolangMigrate, "00043")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := readMigrations(t, fsys)
+	up, down := files["00043_upgrade_inbox_utc_processed_at.up.sql"], files["00043_upgrade_inbox_utc_processed_at.down.sql"]
+	if len(files) != 2 || !strings.HasPrefix(up, "LOCK TABLES `inbox` WRITE;\n") || !strings.HasSuffix(down, "UNLOCK TABLES;\n") ||
+		!strings.Contains(up, "SET DEFAULT (UTC_TIMESTAMP(6))") || !strings.Contains(down, "SET DEFAULT CURRENT_TIMESTAMP(6)") {
+		t.Errorf("upgrade files: %v", files)
+	}
+	for _, dialect := range []sqlinbox.Dialect{sqlinbox.Postgres(), sqlinbox.SQLite()} {
+		if _, err := sqlinbox.UpgradeFiles(dialect, "inbox", sqlinbox.FormatGoose, "1"); err == nil || !strings.Contains(err.Error(), "there is no upgrade") {
+			t.Errorf("%s: err = %v, want no upgrade", dialect.Name(), err)
 		}
 	}
 }

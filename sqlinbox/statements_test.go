@@ -19,11 +19,11 @@ func TestStatements(t *testing.T) {
 			[]any{int64(90 * 60 * 1e6), 100}, []any{"1500ms"}},
 		{MySQL(), "test.inbox",
 			"INSERT INTO `test`.`inbox` (consumer, message_id, payload_hash) VALUES (UNHEX(?), UNHEX(?), UNHEX(?))",
-			"DELETE FROM `test`.`inbox` WHERE processed_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
+			"DELETE FROM `test`.`inbox` WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
 			[]any{int64(90 * 60 * 1e6), 100}, []any{int64(2)}},
-		{SQLite(), "main.inbox",
-			`INSERT INTO "main"."inbox" (consumer, message_id, payload_hash) VALUES (?, ?, ?)`,
-			`DELETE FROM "main"."inbox" WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM "main"."inbox" WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`,
+		{SQLite(), "inbox",
+			`INSERT INTO "inbox" (consumer, message_id, payload_hash) VALUES (?, ?, ?)`,
+			`DELETE FROM "inbox" WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM "inbox" WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`,
 			[]any{"-5400.000000 seconds", 100}, nil},
 	}
 	for _, tt := range tests {

@@ -93,7 +93,11 @@ func judgeTable(dialect Dialect, table Table, columns []column) error {
 		case (name == "payload_hash" || name == "produced") && !c.binary:
 			problems = append(problems, fmt.Sprintf("column %s is %s, which does not hold bytes as they are; want %s", name, c.typ, binaryType))
 		case name == "processed_at" && !c.temporal:
-			problems = append(problems, fmt.Sprintf("column processed_at is %s, which retention cannot compare with a time; want %s", c.typ, timeType))
+			problem := fmt.Sprintf("column processed_at is %s, which does not hold the time of the claim as retention compares it; want %s", c.typ, timeType)
+			if upgrade, _, _ := dialect.UpgradeTable(table); upgrade != "" {
+				problem += "; a table made by an earlier release is brought up to date by the migration of " + upgradeCommand(dialect, table)
+			}
+			problems = append(problems, problem)
 		case name == "processed_at" && !c.hasDefault:
 			problems = append(problems, fmt.Sprintf("column processed_at has no default, so claims would not record their time; want %s with the default of \"watermill-inbox schema\"", timeType))
 		}
@@ -111,13 +115,18 @@ func judgeTable(dialect Dialect, table Table, columns []column) error {
 
 // migrationCommand is the command that writes the migration creating table in dialect, for
 // the messages of a refused table. It names the dialect as the command does: a dialect of
-// one's own is known to a build of the command that lists it (package inboxcli).
+// one's own is known to a build of the command that passes it to package inboxcli's Main.
 func migrationCommand(dialect Dialect, table Table) string {
 	name := table.Name
 	if table.Schema != "" {
 		name = table.Schema + "." + name
 	}
 	return fmt.Sprintf(`"watermill-inbox schema -format goose -dialect %s -table %s -out DIR"`, dialect.Name(), name)
+}
+
+// upgradeCommand is the command that writes the migration upgrading table (UpgradeFiles).
+func upgradeCommand(dialect Dialect, table Table) string {
+	return strings.Replace(migrationCommand(dialect, table), "schema ", "schema -upgrade ", 1)
 }
 
 func tableMismatch(table Table, problems []string) error {

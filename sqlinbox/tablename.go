@@ -1,6 +1,8 @@
 package sqlinbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -64,12 +66,17 @@ func parseQualified(table string, quote func(identifier string) string) (Table, 
 	return t, nil
 }
 
-// indexName is the name of the processed_at index of a table called name, cut to
-// PostgreSQL's identifier limit.
+// indexName is the name of the processed_at index of a table called name: name_processed_at
+// where that fits PostgreSQL's identifier limit. A longer one keeps the name's first bytes and
+// adds a hash of the whole name: cut to the limit, it could be the table's own name (a name
+// of 63 bytes), and PostgreSQL's CREATE INDEX IF NOT EXISTS would then find the table and
+// create nothing; or two long names' indexes could be one.
 func indexName(name string) string {
-	index := name + "_processed_at"
-	if len(index) > maxIdentifierLength {
-		index = index[:maxIdentifierLength]
+	const suffix = "_processed_at"
+	if len(name)+len(suffix) <= maxIdentifierLength {
+		return name + suffix
 	}
-	return index
+	sum := sha256.Sum256([]byte(name))
+	tag := hex.EncodeToString(sum[:4])
+	return name[:maxIdentifierLength-len(suffix)-len(tag)-1] + "_" + tag + suffix
 }

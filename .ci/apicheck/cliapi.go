@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/constant"
 	"go/types"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,13 +14,14 @@ import (
 	"golang.org/x/tools/go/types/typeutil"
 )
 
-// What a command-line tool promises is not its Go identifiers (a main package has none a
-// program can import) but its commands, their flags with their types and defaults, the
-// environment variables it reads and its exit statuses. cliAPI reads them from the code of
-// the main package, in the form the tool's code has:
+// What a command-line tool promises is its commands, their flags with their types and
+// defaults, the environment variables it reads and its exit statuses (and, where it lets
+// programs import the package that builds them, that package's Go API, listed as a
+// library's). cliAPI reads them from the code of the package that builds the commands, the
+// main package or one it calls, in the form the tool's code has:
 //
-//   - a command is a function that calls newCommand("name"); the flags newCommand itself
-//     defines are every command's;
+//   - a command is a function or method that calls newCommand("name"); the flags newCommand
+//     itself defines are every command's;
 //   - a flag is a definition on a *flag.FlagSet (String, IntVar, Duration, ...);
 //   - an exit status is a constant named exit...; an environment variable a string constant
 //     named ...Var.
@@ -52,10 +52,23 @@ var flagTypes = map[string]struct {
 	"Var": {1, -1, ""}, "TextVar": {1, 2, ""},
 }
 
-// cliAPI returns the lines of the tool in pkg: "cmd NAME, command C", "cmd NAME, flag C
-// -f TYPE = DEFAULT", "cmd NAME, env V", "cmd NAME, exit N exitName", sorted.
-func cliAPI(pkg *packages.Package) ([]string, error) {
-	prefix := "cmd " + path.Base(pkg.PkgPath) + ", "
+// buildsCommands reports whether pkg defines newCommand, as a function or a method.
+func buildsCommands(pkg *packages.Package) bool {
+	for _, file := range pkg.Syntax {
+		for _, decl := range file.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Name.Name == commandConstructor {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// cliAPI returns the lines of the tool named name whose commands pkg builds: "cmd NAME,
+// command C", "cmd NAME, flag C -f TYPE = DEFAULT", "cmd NAME, env V", "cmd NAME, exit N
+// exitName", sorted.
+func cliAPI(name string, pkg *packages.Package) ([]string, error) {
+	prefix := "cmd " + name + ", "
 	var lines []string
 	scope := pkg.Types.Scope()
 	for _, name := range scope.Names() {

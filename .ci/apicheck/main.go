@@ -1,6 +1,7 @@
 // Command apicheck keeps the committed API files current: api/library.txt (the library's
 // packages), api/contrib-NAME.txt (each module under contrib/) and api/cli.txt (the
-// command-line tool's commands, flags, environment and exit statuses). Each line is one
+// command-line tool's commands, flags, environment and exit statuses, and the Go API of
+// the package that runs them, inboxcli). Each line is one
 // exported identifier with its signature, in the form of Go's own api/*.txt files, sorted.
 //
 // From the repository root (CI runs the check from .ci/run):
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -43,7 +45,7 @@ func main() {
 type apiModule struct {
 	dir  string // in the repository
 	file string // in the repository
-	cli  bool   // a command: its commands and flags, not Go identifiers
+	cli  bool   // a command: its commands and flags, and the Go API of its importable packages
 }
 
 // apiModules are the published modules with an API: the library, the command-line tool and
@@ -142,26 +144,41 @@ func moduleAPI(repo string, m apiModule) (modPath string, lines []string, err er
 	if len(errs) > 0 {
 		return "", nil, errors.New(strings.Join(errs, "; "))
 	}
-	var published []*packages.Package
+	var published, mains []*packages.Package
 	for _, p := range pkgs {
-		if p.Module == nil || p.Module.Path != modPath || slices.Contains(strings.Split(p.PkgPath, "/"), "internal") {
-			continue
-		}
-		if (p.Name == "main") == m.cli {
+		switch {
+		case p.Module == nil || p.Module.Path != modPath || slices.Contains(strings.Split(p.PkgPath, "/"), "internal"):
+		case p.Name == "main":
+			mains = append(mains, p)
+		default:
 			published = append(published, p)
 		}
 	}
 	slices.SortFunc(published, func(a, b *packages.Package) int { return strings.Compare(a.PkgPath, b.PkgPath) })
-	switch {
-	case m.cli && len(published) != 1:
-		return "", nil, fmt.Errorf("want one main package, found %d", len(published))
-	case m.cli:
-		lines, err = cliAPI(published[0])
-		return modPath, lines, err
-	case len(published) == 0:
-		return "", nil, errors.New("no package")
+	if !m.cli {
+		if len(published) == 0 {
+			return "", nil, errors.New("no package")
+		}
+		return modPath, goAPI(published), nil
 	}
-	return modPath, goAPI(published), nil
+	// A command: its commands and flags, from the package that builds them (the main
+	// package, or a package it calls), and the Go API of the packages it lets others import.
+	if len(mains) != 1 {
+		return "", nil, fmt.Errorf("want one main package, found %d", len(mains))
+	}
+	builder := mains[0]
+	for _, p := range published {
+		if buildsCommands(p) {
+			builder = p
+		}
+	}
+	lines, err = cliAPI(path.Base(mains[0].PkgPath), builder)
+	if err != nil {
+		return "", nil, err
+	}
+	lines = append(lines, goAPI(published)...)
+	slices.Sort(lines)
+	return modPath, lines, nil
 }
 
 // workspace is the repository's go.work, or off if it has none.

@@ -82,6 +82,8 @@ cmd watermill-inbox, flag cleanup -batch-size int = 100
 cmd watermill-inbox, flag cleanup -dsn string = ""
 cmd watermill-inbox, flag cleanup -pause duration = 2s
 cmd watermill-inbox, flag stats -dsn string = ""
+pkg example.com/lib/cmd/watermill-inbox/cli, func Main([]string) int
+pkg example.com/lib/cmd/watermill-inbox/cli, func Usage(string) string
 `,
 		"contrib-thing.txt": "pkg example.com/lib/contrib/thing, func Thing() bool\n",
 	}
@@ -107,8 +109,10 @@ func TestAChangeWithoutItsAPIFileFails(t *testing.T) {
 			[]string{"-pkg example.com/lib, func Greet(string) string", "+pkg example.com/lib, func Greet(string, int) string"}},
 		{"a field's type", "lib.go", "\tID     int\n", "\tID     int64\n", "api/library.txt", "example.com/lib",
 			[]string{"-pkg example.com/lib, type Widget struct, ID int", "+pkg example.com/lib, type Widget struct, ID int64"}},
-		{"a flag's default", "cmd/watermill-inbox/main.go", `c.fs.Int("batch-size", 100,`, `c.fs.Int("batch-size", 50,`, "api/cli.txt", "example.com/lib/cmd/watermill-inbox",
+		{"a flag's default", "cmd/watermill-inbox/cli/cli.go", `c.fs.Int("batch-size", 100,`, `c.fs.Int("batch-size", 50,`, "api/cli.txt", "example.com/lib/cmd/watermill-inbox",
 			[]string{"-cmd watermill-inbox, flag cleanup -batch-size int = 100", "+cmd watermill-inbox, flag cleanup -batch-size int = 50"}},
+		{"the command package's Go API", "cmd/watermill-inbox/cli/cli.go", "func Usage(command string) string", "func Usage(command string, long bool) string", "api/cli.txt", "example.com/lib/cmd/watermill-inbox",
+			[]string{"-pkg example.com/lib/cmd/watermill-inbox/cli, func Usage(string) string", "+pkg example.com/lib/cmd/watermill-inbox/cli, func Usage(string, bool) string"}},
 	} {
 		t.Run(change.name, func(t *testing.T) {
 			repo := fixture(t)
@@ -157,7 +161,7 @@ func TestAChangeWithoutItsAPIFileFails(t *testing.T) {
 // the check fails rather than leave it out.
 func TestAFlagOfNoCommandFails(t *testing.T) {
 	repo := fixture(t)
-	main := filepath.Join(repo, "cmd", "watermill-inbox", "main.go")
+	main := filepath.Join(repo, "cmd", "watermill-inbox", "cli", "cli.go")
 	data, err := os.ReadFile(main)
 	if err != nil {
 		t.Fatal(err)

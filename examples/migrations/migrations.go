@@ -2,7 +2,7 @@
 // golang-migrate lays it out, and sqlc generating queries against it.
 //
 // The folder holds the team's first migration (the schema app) and the inbox's, written by
-// the command-line tool; sqlc reads the folder as its schema, skipping the down files, and
+// the command-line tool (which creates the schema too where it is missing); sqlc reads the folder as its schema, skipping the down files, and
 // generates inboxdb from query.sql. After changing one of them, regenerate and record the
 // new checksums (sqlc.sum), from this directory:
 //

@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"context"
@@ -19,8 +19,8 @@ const (
 	progressNone  = "none"  // no count beforehand, no progress, only the summary
 )
 
-func cleanupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("cleanup")
+func (x *cli) cleanupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := x.newCommand("cleanup")
 	olderThan := c.fs.String("older-than", "", "delete claims older than this `age`: a duration (336h) or days (14d); required")
 	batchSize := c.fs.Int("batch-size", sqlinbox.DefaultCleanupBatchSize, "rows per DELETE, each its own transaction")
 	pause := c.fs.Duration("pause", 0, "wait between batches, to leave the database to the claims")

@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"context"
@@ -18,8 +18,8 @@ type consumerStats struct {
 	oldest, newest string
 }
 
-func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("stats")
+func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := x.newCommand("stats")
 	if err := c.parse(args, stderr); err != nil {
 		return err
 	}
@@ -75,12 +75,30 @@ func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 
+	sharedTotal, shared, err := readSharedKeys(ctx, db, quoted, len(consumers))
+	if err != nil {
+		return err
+	}
+	claims := map[string]int64{}
+	for _, c := range consumers {
+		claims[c.consumer] = c.claims
+	}
+
+	index := "yes"
+	if indexed, err := d.retentionIndex(ctx); err != nil {
+		return err
+	} else if !indexed {
+		index = "NO: " + noRetentionIndex(t.table, dialect.Name())
+	}
+
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "table\t%s (%s)\n", t.table, dialect.Name())
 	fmt.Fprintf(w, "guards\t%s\n", guard)
+	fmt.Fprintf(w, "retention index\t%s\n", index)
 	fmt.Fprintf(w, "size\t%s (%d bytes%s)\n", humanBytes(size), size, sizeNote)
 	fmt.Fprintf(w, "claims\t%d\n", total)
 	fmt.Fprintf(w, "consumers\t%d\n", len(consumers))
+	writeSharedKeys(w, sharedTotal, shared, claims)
 	if total > 0 {
 		fmt.Fprintf(w, "oldest claim\t%s\n", oldest)
 		fmt.Fprintf(w, "newest claim\t%s\n", newest)
@@ -89,13 +107,14 @@ func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		for _, c := range consumers {
 			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", c.consumer, c.claims, c.oldest, c.newest)
 		}
+		writeSharedTable(w, shared, claims)
 	}
 	return w.Flush()
 }
 
-// formatTime writes processed_at in one form, with microseconds: time.Time (PostgreSQL;
-// MySQL with parseTime=true) and SQLite's "2006-01-02T15:04:05.000Z" in UTC; MySQL's text
-// "2006-01-02 15:04:05.000000" as it is, in the session's time zone, which it does not name.
+// formatTime writes processed_at in one form, in UTC with microseconds: time.Time
+// (PostgreSQL; MySQL with parseTime=true), SQLite's "2006-01-02T15:04:05.000Z" and MySQL's
+// text "2006-01-02 15:04:05.000000", which is UTC (the table's default is UTC_TIMESTAMP).
 func formatTime(v any) string {
 	const layout = "2006-01-02 15:04:05.000000Z07:00"
 	switch v := v.(type) {
@@ -106,6 +125,9 @@ func formatTime(v any) string {
 	case string:
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 			return t.UTC().Format(layout)
+		}
+		if t, err := time.Parse("2006-01-02 15:04:05.999999", v); err == nil {
+			return t.Format(layout)
 		}
 		return v
 	case nil:

@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 // checkCommand reads the table's shape from the catalog: exit 0 if it can guard against
 // duplicates, 1 with every reason if it cannot (a missing table among them), for CI
 // pipelines and init containers.
-func checkCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("check")
+func (x *cli) checkCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := x.newCommand("check")
 	if err := c.parse(args, stderr); err != nil {
 		return err
 	}
@@ -23,5 +23,10 @@ func checkCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	fmt.Fprintf(stdout, "inbox table %q can guard against duplicates (%s)\n", c.table, d.dialect.Name())
+	if indexed, err := d.retentionIndex(ctx); err != nil {
+		return err
+	} else if !indexed {
+		fmt.Fprintf(stdout, "warning: %s\n", noRetentionIndex(c.table, d.dialect.Name()))
+	}
 	return nil
 }

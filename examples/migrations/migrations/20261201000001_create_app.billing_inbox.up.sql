@@ -1,3 +1,9 @@
+DO $$ BEGIN
+	IF to_regnamespace('"app"') IS NULL THEN
+		CREATE SCHEMA "app";
+	END IF;
+EXCEPTION WHEN duplicate_schema THEN NULL;
+END $$;
 CREATE TABLE IF NOT EXISTS "app"."billing_inbox" (
 	consumer     varchar(255) COLLATE "C" NOT NULL,
 	message_id   varchar(255) COLLATE "C" NOT NULL,

@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"errors"
@@ -14,17 +14,18 @@ import (
 type command struct {
 	name string
 	fs   *flag.FlagSet
+	cli  *cli
 	target
 }
 
 // newCommand returns a command whose flag set prints nothing itself: a bad flag is one line
 // on stderr (from run), -h prints the flags (parse).
-func newCommand(name string) *command {
-	c := &command{name: name, fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+func (x *cli) newCommand(name string) *command {
+	c := &command{name: name, fs: flag.NewFlagSet(name, flag.ContinueOnError), cli: x}
 	c.fs.SetOutput(io.Discard)
 	c.fs.Usage = func() {}
 	c.fs.StringVar(&c.dsn, "dsn", "", "database `DSN`: postgres://..., mysql://user:pass@tcp(host:3306)/db, sqlite://path or file:path (default $"+dsnVar+")")
-	c.fs.StringVar(&c.dialectName, "dialect", "", "SQL `dialect`: "+dialectNames()+" (default: from the DSN's scheme)")
+	c.fs.StringVar(&c.dialectName, "dialect", "", "SQL `dialect`: "+x.dialects.names()+" (default: from the DSN's scheme)")
 	c.fs.StringVar(&c.table, "table", inbox.DefaultTable, "inbox `table`, optionally schema-qualified")
 	return c
 }

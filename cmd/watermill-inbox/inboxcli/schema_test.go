@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"maps"
@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
@@ -61,14 +62,14 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 		names   map[sqlinbox.MigrationFormat][]string
 	}{
 		{sqlinbox.Postgres(), "app.billing_inbox", map[sqlinbox.MigrationFormat][]string{
-			sqlinbox.FormatGoose:         {"00042_create_app_billing_inbox.sql"},
-			sqlinbox.FormatGolangMigrate: {"00042_create_app_billing_inbox.down.sql", "00042_create_app_billing_inbox.up.sql"},
-			sqlinbox.FormatSQL:           {"00042_create_app_billing_inbox.sql"},
+			sqlinbox.FormatGoose:         {"00042_create_app.billing_inbox.sql"},
+			sqlinbox.FormatGolangMigrate: {"00042_create_app.billing_inbox.down.sql", "00042_create_app.billing_inbox.up.sql"},
+			sqlinbox.FormatSQL:           {"00042_create_app.billing_inbox.sql"},
 		}},
 		{sqlinbox.MySQL(), "test.billing_inbox", map[sqlinbox.MigrationFormat][]string{
-			sqlinbox.FormatGoose:         {"00042_create_test_billing_inbox.sql"},
-			sqlinbox.FormatGolangMigrate: {"00042_create_test_billing_inbox.down.sql", "00042_create_test_billing_inbox.up.sql"},
-			sqlinbox.FormatSQL:           {"00042_create_test_billing_inbox.sql"},
+			sqlinbox.FormatGoose:         {"00042_create_test.billing_inbox.sql"},
+			sqlinbox.FormatGolangMigrate: {"00042_create_test.billing_inbox.down.sql", "00042_create_test.billing_inbox.up.sql"},
+			sqlinbox.FormatSQL:           {"00042_create_test.billing_inbox.sql"},
 		}},
 		{sqlinbox.SQLite(), "billing_inbox", map[sqlinbox.MigrationFormat][]string{
 			sqlinbox.FormatGoose:         {"00042_create_billing_inbox.sql"},
@@ -79,7 +80,7 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 		for _, format := range formats {
 			dir := t.TempDir()
 			args := []string{"schema", "-format", string(format), "-dialect", tt.dialect.Name(), "-table", tt.table, "-out", dir, "-version", "00042"}
-			code, stdout, stderr := cli(t, args...)
+			code, stdout, stderr := runCLI(t, args...)
 			var wantOut string
 			for _, name := range tt.names[format] {
 				wantOut += "wrote " + filepath.Join(dir, name) + "\n"
@@ -93,7 +94,7 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 			}
 
 			// Without -out: the one file on stdout.
-			code, stdout, _ = cli(t, "schema", "-format", string(format), "-dialect", tt.dialect.Name(), "-table", tt.table, "-version", "7")
+			code, stdout, _ = runCLI(t, "schema", "-format", string(format), "-dialect", tt.dialect.Name(), "-table", tt.table, "-version", "7")
 			one := libraryFiles(t, tt.dialect, tt.table, format, "7")
 			if len(one) == 1 {
 				for _, content := range one {
@@ -106,7 +107,7 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	if code, _, stderr := cli(t, "schema", "-format", "goose", "-dialect", "postgres", "-out", dir); code != exitOK {
+	if code, _, stderr := runCLI(t, "schema", "-format", "goose", "-dialect", "postgres", "-out", dir); code != exitOK {
 		t.Fatalf("schema without -version: exit %d, %s", code, stderr)
 	}
 	for name := range folder(t, dir) {
@@ -128,7 +129,7 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	aFile := filepath.Join(dir, "00001_create_app_billing_inbox.up.sql")
+	aFile := filepath.Join(dir, "00001_create_app.billing_inbox.up.sql")
 	base := []string{"schema", "-dialect", "postgres", "-format", "golang-migrate", "-out", dir}
 	for _, tt := range []struct {
 		what   string
@@ -144,7 +145,7 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 		{"a bad version", append(base, "-version", "v2"), exitUsage, `migration version "v2"`},
 		{"the files exist", append(base, "-table", "app.billing_inbox", "-version", "00001"), exitFail, "give -force to replace it"},
 		{"the table's migration exists under another version", append(base, "-table", "app.billing_inbox"), exitFail,
-			"already holds the migration of this table: 00001_create_app_billing_inbox.down.sql, 00001_create_app_billing_inbox.up.sql; to write it again, give -version 00001 -force"},
+			"already holds the migration of this table: 00001_create_app.billing_inbox.down.sql, 00001_create_app.billing_inbox.up.sql; to write it again, give -version 00001 -force"},
 		{"-force with another version", append(base, "-table", "app.billing_inbox", "-version", "00002", "-force"), exitFail, "give -version 00001 -force"},
 	} {
 		before := folder(t, dir)
@@ -181,7 +182,7 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 	}
 
 	// -force with the migration's own version replaces its files.
-	if code, _, stderr := cli(t, append(base, "-table", "app.billing_inbox", "-version", "00001", "-force")...); code != exitOK {
+	if code, _, stderr := runCLI(t, append(base, "-table", "app.billing_inbox", "-version", "00001", "-force")...); code != exitOK {
 		t.Fatalf("-force: exit %d, %s", code, stderr)
 	}
 	got := folder(t, dir)
@@ -190,4 +191,40 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 			t.Errorf("-force: %s is %q, want the migration", name, got[name])
 		}
 	}
+}
+
+// -upgrade writes the library's upgrade of the table (MySQL's processed_at in UTC); for a
+// dialect whose table has not changed it says so and writes nothing.
+func TestSchemaUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := runCLI(t, "schema", "-upgrade", "-format", "golang-migrate", "-dialect", "mysql", "-table", "billing_inbox", "-version", "00043", "-out", dir)
+	want := libraryUpgrade(t, sqlinbox.MySQL(), "billing_inbox", sqlinbox.FormatGolangMigrate, "00043")
+	if got := folder(t, dir); code != exitOK || stderr != "" || !maps.Equal(got, want) || len(got) != 2 {
+		t.Errorf("schema -upgrade: exit %d, stdout %q, stderr %q, wrote %v; want %v", code, stdout, stderr, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+	}
+	for _, dialect := range []string{"postgres", "sqlite"} {
+		empty := t.TempDir()
+		code, stdout, _ := runCLI(t, "schema", "-upgrade", "-dialect", dialect, "-out", empty)
+		if code != exitOK || !strings.Contains(stdout, "has not changed since its first migration: no upgrade to write") || len(folder(t, empty)) != 0 {
+			t.Errorf("schema -upgrade -dialect %s: exit %d, stdout %q, wrote %v", dialect, code, stdout, folder(t, empty))
+		}
+	}
+}
+
+// libraryUpgrade returns sqlinbox.UpgradeFiles's files by name.
+func libraryUpgrade(t *testing.T, dialect sqlinbox.Dialect, table string, format sqlinbox.MigrationFormat, version string) map[string]string {
+	t.Helper()
+	fsys, err := sqlinbox.UpgradeFiles(dialect, table, format, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := readFiles(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]string{}
+	for _, f := range files {
+		byName[f.name] = f.content
+	}
+	return byName
 }

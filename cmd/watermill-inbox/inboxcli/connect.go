@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"context"
@@ -37,26 +37,27 @@ func (c *command) connect(ctx context.Context, creates bool) (*inboxDB, error) {
 
 // open is connect without the check that the table exists.
 func (c *command) open(ctx context.Context, creates bool) (*inboxDB, error) {
-	dialect, driver, dsn, err := c.resolve(true, creates)
+	d, dsn, err := c.resolve(true)
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open(driver, dsn)
+	name := d.Dialect.Name()
+	db, err := d.Open(dsn, creates)
 	if err != nil {
-		return nil, fmt.Errorf("open the %s database: %w", dialect.Name(), err)
+		return nil, fmt.Errorf("open the %s database: %w", name, err)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("connect to the %s database: %w", dialect.Name(), err)
+		return nil, fmt.Errorf("connect to the %s database: %w", name, err)
 	}
-	store, err := sqlinbox.NewDB(db, dialect, sqlinbox.Config{Table: c.table})
+	store, err := sqlinbox.NewDB(db, d.Dialect, sqlinbox.Config{Table: c.table})
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	return &inboxDB{db: db, dialect: dialect, store: store}, nil
+	return &inboxDB{db: db, dialect: d.Dialect, store: store}, nil
 }
 
 // checkTable fails with a clear message when the inbox table does not exist.

@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,18 +17,18 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// cli runs the command line and returns its exit status and output.
-func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+// runCLI runs the command line and returns its exit status and output.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, &out, &errOut)
+	code = Main(context.Background(), args, &out, &errOut, Postgres(), MySQL(), SQLite())
 	return code, out.String(), errOut.String()
 }
 
 // wantError checks a failure: exit status code and one line on stderr containing substr.
 func wantError(t *testing.T, args []string, code int, substr string) {
 	t.Helper()
-	got, stdout, stderr := cli(t, args...)
+	got, stdout, stderr := runCLI(t, args...)
 	if got != code {
 		t.Errorf("%q: exit %d, want %d (stderr %q)", args, got, code, stderr)
 	}
@@ -59,7 +58,7 @@ func TestSchemaPrintsTheLibrarysDDL(t *testing.T) {
 		{[]string{"-dsn", "mysql://nobody@tcp(127.0.0.1:1)/none"}, sqlinbox.MySQL(), "inbox"},
 		{[]string{"-dsn", "file:/nonexistent/inbox.db"}, sqlinbox.SQLite(), "inbox"},
 	} {
-		code, stdout, stderr := cli(t, append([]string{"schema"}, tt.args...)...)
+		code, stdout, stderr := runCLI(t, append([]string{"schema"}, tt.args...)...)
 		want, err := sqlinbox.SchemaSQL(tt.dialect, tt.table)
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +71,7 @@ func TestSchemaPrintsTheLibrarysDDL(t *testing.T) {
 
 func TestDSNFromTheEnvironment(t *testing.T) {
 	t.Setenv(dsnVar, "mysql://nobody@tcp(127.0.0.1:1)/none")
-	code, stdout, _ := cli(t, "schema")
+	code, stdout, _ := runCLI(t, "schema")
 	if want, _ := sqlinbox.SchemaSQL(sqlinbox.MySQL(), "inbox"); code != 0 || stdout != want {
 		t.Errorf("schema with %s: exit %d, stdout %q", dsnVar, code, stdout)
 	}
@@ -127,7 +126,7 @@ func TestBadDSN(t *testing.T) {
 			args := append(command, "-dsn", tt.dsn)
 			wantError(t, args, exitFail, tt.substr)
 			// pgx lists each connection attempt (TLS, then plain text) with the same error.
-			if _, _, stderr := cli(t, args...); strings.Count(stderr, "refused") > 1 {
+			if _, _, stderr := runCLI(t, args...); strings.Count(stderr, "refused") > 1 {
 				t.Errorf("%q: the error is repeated: %s", args, stderr)
 			}
 		}
@@ -153,10 +152,10 @@ func TestMissingSQLiteFile(t *testing.T) {
 		exitFail, "connect to the sqlite database")
 
 	created := "sqlite://" + filepath.Join(dir, "new.db")
-	if code, stdout, stderr := cli(t, "migrate", "-dsn", created); code != exitOK || !strings.Contains(stdout, "are in place") {
+	if code, stdout, stderr := runCLI(t, "migrate", "-dsn", created); code != exitOK || !strings.Contains(stdout, "are in place") {
 		t.Fatalf("migrate of a new file: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	if code, _, stderr := cli(t, "stats", "-dsn", created); code != exitOK {
+	if code, _, stderr := runCLI(t, "stats", "-dsn", created); code != exitOK {
 		t.Errorf("stats after migrate: exit %d, stderr %q", code, stderr)
 	}
 }
@@ -187,7 +186,7 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"schema", "-dialect", "oracle"}, exitUsage},
 		{[]string{"cleanup", "-dsn", db}, exitUsage},
 	} {
-		if code, _, stderr := cli(t, tt.args...); code != tt.code {
+		if code, _, stderr := runCLI(t, tt.args...); code != tt.code {
 			t.Errorf("%q: exit %d, want %d (stderr %q)", tt.args, code, tt.code, stderr)
 		}
 	}
@@ -203,7 +202,7 @@ type database struct {
 func databases(t *testing.T) []database {
 	return []database{
 		{"postgres", testenv.PostgresURL(t), "now() - interval '2 hours'", "now()"},
-		{"mariadb", "mysql://" + testenv.MySQLDSN(t), "NOW(6) - INTERVAL 2 HOUR", "NOW(6)"},
+		{"mariadb", "mysql://" + testenv.MySQLDSN(t), "UTC_TIMESTAMP(6) - INTERVAL 2 HOUR", "UTC_TIMESTAMP(6)"},
 		{"sqlite", "sqlite://" + filepath.Join(t.TempDir(), "inbox.db"), "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 hours')",
 			"strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"},
 	}
@@ -212,11 +211,15 @@ func databases(t *testing.T) []database {
 // open connects to d as the command would, for the test's own SQL.
 func (d database) open(t *testing.T) (*sql.DB, sqlinbox.Dialect) {
 	t.Helper()
-	dialect, driver, dsn, err := (&target{dsn: d.dsn, table: "inbox"}).resolve(true, true)
+	x := &cli{dialects: dialects{Postgres(), MySQL(), SQLite()}}
+	c := x.newCommand("test")
+	c.dsn, c.table = d.dsn, "inbox"
+	resolved, dsn, err := c.resolve(true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open(driver, dsn)
+	dialect := resolved.Dialect
+	db, err := resolved.Open(dsn, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,16 +271,9 @@ func qualifiedTable(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect) string {
 // fine), stats and cleanup fail clearly before it exists, check passes it, cleanup deletes
 // exactly the expired claims with a bar or a summary line, and stats reports what is left.
 // On SQLite a qualified name is refused by every command. PostgreSQL also through PgBouncer
-// in transaction mode, with the DSN docs/pooler.md gives.
+// in transaction mode, with the DSN as a user writes it (TestEveryCommandThroughAPooler).
 func TestCommandsAgainstDatabases(t *testing.T) {
-	bouncer, err := url.Parse(testenv.PgBouncerURL(t, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	query := bouncer.Query()
-	query.Set("default_query_exec_mode", "exec")
-	bouncer.RawQuery = query.Encode()
-	pooled := database{"postgres/pgbouncer", bouncer.String(), "now() - interval '2 hours'", "now()"}
+	pooled := database{"postgres/pgbouncer", testenv.PgBouncerURL(t, 4), "now() - interval '2 hours'", "now()"}
 	for _, d := range append(databases(t), pooled) {
 		for _, qualified := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/qualified=%v", d.name, qualified), func(t *testing.T) {
@@ -309,19 +305,19 @@ func testCommandsAgainst(t *testing.T, d database, qualified bool) {
 	wantError(t, append([]string{"cleanup", "-older-than", "1h"}, common...), exitFail, "watermill-inbox migrate")
 
 	for range 2 {
-		code, stdout, stderr := cli(t, append([]string{"migrate"}, common...)...)
+		code, stdout, stderr := runCLI(t, append([]string{"migrate"}, common...)...)
 		if code != 0 || stderr != "" || !strings.Contains(stdout, "are in place") {
 			t.Fatalf("migrate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 		}
 	}
-	if code, stdout, stderr := cli(t, append([]string{"check"}, common...)...); code != 0 || !strings.Contains(stdout, "can guard") {
+	if code, stdout, stderr := runCLI(t, append([]string{"check"}, common...)...); code != 0 || !strings.Contains(stdout, "can guard") {
 		t.Fatalf("check: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	insert(t, db, dialect, table, "billing", 250, d.age)
 	insert(t, db, dialect, table, "gone_consumer", 40, d.age)
 	insert(t, db, dialect, table, "billing_new", 10, d.now)
 
-	code, stdout, stderr := cli(t, append([]string{"stats"}, common...)...)
+	code, stdout, stderr := runCLI(t, append([]string{"stats"}, common...)...)
 	if code != 0 || stderr != "" {
 		t.Fatalf("stats: exit %d, stderr %q", code, stderr)
 	}
@@ -335,7 +331,7 @@ func testCommandsAgainst(t *testing.T, d database, qualified bool) {
 	}
 
 	// Not a terminal: lines, here one per batch but the last, then the summary.
-	code, stdout, stderr = cli(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100", "-progress-every", "0"}, common...)...)
+	code, stdout, stderr = runCLI(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100", "-progress-every", "0"}, common...)...)
 	wantLines := []string{
 		fmt.Sprintf(`^counting the claims older than 1h0m0s in %q$`, table),
 		`^290 claims to delete, in batches of 100$`,
@@ -354,24 +350,24 @@ func testCommandsAgainst(t *testing.T, d database, qualified bool) {
 	}
 	// The default interval (10 s) prints no progress line in a pass this short, and
 	// a pass with nothing to delete takes 1 batch, in the singular.
-	code, stdout, _ = cli(t, append([]string{"cleanup", "-older-than", "1h"}, common...)...)
+	code, stdout, _ = runCLI(t, append([]string{"cleanup", "-older-than", "1h"}, common...)...)
 	if want := "0 claims to delete"; code != 0 || strings.Count(stdout, "\n") != 3 || !strings.Contains(stdout, want) ||
 		!strings.Contains(stdout, "deleted 0 claims older than 1h0m0s from "+fmt.Sprintf("%q", table)+" in 1 batch,") {
 		t.Errorf("cleanup of nothing: exit %d, stdout %q", code, stdout)
 	}
 	// -progress none: no count, one summary line.
-	code, stdout, _ = cli(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...)...)
+	code, stdout, _ = runCLI(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...)...)
 	if code != 0 || strings.Count(stdout, "\n") != 1 || !strings.HasPrefix(stdout, "deleted 0 claims") {
 		t.Errorf("cleanup -progress none: exit %d, stdout %q", code, stdout)
 	}
-	code, stdout, _ = cli(t, append([]string{"stats"}, common...)...)
+	code, stdout, _ = runCLI(t, append([]string{"stats"}, common...)...)
 	if code != 0 || !regexp.MustCompile(`(?m)^claims\s+10$`).MatchString(stdout) || strings.Contains(stdout, "gone_consumer") {
 		t.Errorf("stats after cleanup: exit %d, want 10 claims left, none of gone_consumer:\n%s", code, stdout)
 	}
 
 	// With the bar: redrawn lines up to 100%, then the summary.
 	insert(t, db, dialect, table, "replayed", 150, d.age)
-	code, stdout, stderr = cli(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100", "-progress", "bar"}, common...)...)
+	code, stdout, stderr = runCLI(t, append([]string{"cleanup", "-older-than", "1h", "-batch-size", "100", "-progress", "bar"}, common...)...)
 	if code != 0 || stderr != "" {
 		t.Fatalf("cleanup with bar: exit %d, stderr %q", code, stderr)
 	}
@@ -413,7 +409,7 @@ func testCommandsAgainst(t *testing.T, d database, qualified bool) {
 		}
 		wantError(t, append([]string{"cleanup", "-older-than", "1h", "-progress", "none"}, common...), exitBusy,
 			"another cleanup of this table is running")
-		if code, stdout, _ := cli(t, append([]string{"stats"}, common...)...); code != 0 || !regexp.MustCompile(`(?m)^locked\s+5\s`).MatchString(stdout) {
+		if code, stdout, _ := runCLI(t, append([]string{"stats"}, common...)...); code != 0 || !regexp.MustCompile(`(?m)^locked\s+5\s`).MatchString(stdout) {
 			t.Errorf("stats while locked: exit %d, want the 5 locked claims kept:\n%s", code, stdout)
 		}
 	}
@@ -445,19 +441,19 @@ func TestCheckCommand(t *testing.T) {
 			reason := "cannot guard against duplicates: it has no primary key"
 			wantError(t, []string{"check", "-dsn", d.dsn, "-table", bad}, exitFail, reason)
 			wantError(t, []string{"migrate", "-dsn", d.dsn, "-table", bad}, exitFail, reason)
-			code, stdout, stderr := cli(t, "stats", "-dsn", d.dsn, "-table", bad)
+			code, stdout, stderr := runCLI(t, "stats", "-dsn", d.dsn, "-table", bad)
 			if code != exitOK || !regexp.MustCompile(`(?m)^guards\s+NO: table \S+ `+reason).MatchString(stdout) {
 				t.Errorf("stats on the bad table: exit %d, stderr %q, stdout:\n%s\nwant a line guards NO: ... %s", code, stderr, stdout, reason)
 			}
 
-			if code, stdout, stderr := cli(t, "migrate", "-dsn", d.dsn, "-table", good); code != exitOK || !strings.Contains(stdout, "can guard") {
+			if code, stdout, stderr := runCLI(t, "migrate", "-dsn", d.dsn, "-table", good); code != exitOK || !strings.Contains(stdout, "can guard") {
 				t.Fatalf("migrate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 			}
-			code, stdout, stderr = cli(t, "check", "-dsn", d.dsn, "-table", good)
+			code, stdout, stderr = runCLI(t, "check", "-dsn", d.dsn, "-table", good)
 			if want := fmt.Sprintf("inbox table %q can guard against duplicates", good); code != exitOK || stderr != "" || !strings.HasPrefix(stdout, want) {
 				t.Errorf("check: exit %d, stdout %q, stderr %q; want 0 and %q", code, stdout, stderr, want)
 			}
-			if code, stdout, _ := cli(t, "stats", "-dsn", d.dsn, "-table", good); code != exitOK || !regexp.MustCompile(`(?m)^guards\s+yes$`).MatchString(stdout) {
+			if code, stdout, _ := runCLI(t, "stats", "-dsn", d.dsn, "-table", good); code != exitOK || !regexp.MustCompile(`(?m)^guards\s+yes$`).MatchString(stdout) {
 				t.Errorf("stats: exit %d, want a line guards yes:\n%s", code, stdout)
 			}
 		})
@@ -479,11 +475,11 @@ func TestParseAge(t *testing.T) {
 // the flags. docs/operating.md must show all four.
 func TestDocumentedCommands(t *testing.T) {
 	t.Setenv(dsnVar, "sqlite://"+filepath.Join(t.TempDir(), "inbox.db"))
-	pages, err := filepath.Glob("../../docs/*.md")
+	pages, err := filepath.Glob("../../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := append([]string{"../../README.md"}, pages...)
+	docs := append([]string{"../../../README.md"}, pages...)
 	for i, doc := range docs {
 		if docs[i], err = filepath.Abs(doc); err != nil {
 			t.Fatal(err)
@@ -507,7 +503,7 @@ func TestDocumentedCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Chdir(dir)
-			if code, _, stderr := cli(t, args...); code != exitOK {
+			if code, _, stderr := runCLI(t, args...); code != exitOK {
 				t.Errorf("%s: %q: exit %d, stderr %q", doc, line, code, stderr)
 			}
 		}

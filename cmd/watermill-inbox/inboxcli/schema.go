@@ -1,4 +1,4 @@
-package main
+package inboxcli
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
@@ -15,47 +16,73 @@ import (
 // The formats -format takes, in the order the usage lists them.
 var formats = []sqlinbox.MigrationFormat{sqlinbox.FormatGoose, sqlinbox.FormatGolangMigrate, sqlinbox.FormatSQL}
 
-func schemaCommand(args []string, stdout, stderr io.Writer) error {
-	c := newCommand("schema")
+func (x *cli) schemaCommand(args []string, stdout, stderr io.Writer) error {
+	c := x.newCommand("schema")
 	format := c.fs.String("format", string(sqlinbox.FormatSQL), "`format` of the migration: goose, golang-migrate or sql (the DDL alone)")
 	out := c.fs.String("out", "", "write the migration's files into this existing `folder` (without it: print the one file to stdout)")
 	version := c.fs.String("version", "", "the migration's `version`: digits, such as the next number of a sequence (00042); default: the time now in UTC, 20060102150405")
 	force := c.fs.Bool("force", false, "replace the files of the table's migration of the same -version")
+	upgrade := c.fs.Bool("upgrade", false, "write the migration that brings a table made by an earlier release to this release's shape, instead of the one that creates it")
 	if err := c.parse(args, stderr); err != nil {
 		return err
 	}
-	dialect, _, _, err := c.resolve(false, false)
+	d, _, err := c.resolve(false)
 	if err != nil {
 		return err
 	}
+	dialect := d.Dialect
 	if !knownFormat(*format) {
 		return usagef("schema: unknown -format %q: use goose, golang-migrate or sql", *format)
 	}
-	fsys, err := sqlinbox.MigrationFiles(dialect, c.table, sqlinbox.MigrationFormat(*format), *version)
+	files := sqlinbox.MigrationFiles
+	if *upgrade {
+		parsed, err := dialect.ParseTable(c.table)
+		if err != nil {
+			return usageError{fmt.Errorf("schema: %w", err)}
+		}
+		if name, _, _ := dialect.UpgradeTable(parsed); name == "" {
+			fmt.Fprintf(stdout, "the %s inbox table has not changed since its first migration: no upgrade to write\n", dialect.Name())
+			return nil
+		}
+		files = sqlinbox.UpgradeFiles
+	}
+	var taken versions
+	if *out != "" {
+		if err := checkFolder(*out); err != nil {
+			return err
+		}
+		if taken, err = folderVersions(*out); err != nil {
+			return err
+		}
+		if *version == "" {
+			*version = taken.next(time.Now())
+		}
+	}
+	fsys, err := files(dialect, c.table, sqlinbox.MigrationFormat(*format), *version)
 	if err != nil {
 		return usageError{fmt.Errorf("schema: %w", err)}
 	}
-	files, err := readFiles(fsys)
+	written, err := readFiles(fsys)
 	if err != nil {
 		return err
 	}
 	if *out == "" {
-		if len(files) != 1 {
-			return usagef("schema: -format %s writes %d files: give -out with the migrations folder", *format, len(files))
+		if len(written) != 1 {
+			return usagef("schema: -format %s writes %d files: give -out with the migrations folder", *format, len(written))
 		}
-		_, err := io.WriteString(stdout, files[0].content)
+		_, err := io.WriteString(stdout, written[0].content)
 		return err
 	}
-	if err := checkFolder(*out); err != nil {
+	if err := taken.refuse(*out, written); err != nil {
 		return err
 	}
-	if err := refuseExisting(*out, files, *force); err != nil {
+	if err := refuseExisting(*out, written, *force); err != nil {
 		return err
 	}
-	if err := writeAll(*out, files); err != nil {
+	if err := writeAll(*out, written); err != nil {
 		return err
 	}
-	for _, f := range files {
+	for _, f := range written {
 		fmt.Fprintf(stdout, "wrote %s\n", filepath.Join(*out, f.name))
 	}
 	return nil
