@@ -41,6 +41,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
+	github.com/inboxkit/watermill-inbox/cmd/watermill-inbox v0.0.0-00010101000000-000000000000
 	github.com/inboxkit/watermill-inbox/internal/testenv v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgerrcode v0.0.0-20220416144525-469b46aa5efa // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect

@@ -83,6 +83,15 @@ func (Dialect) ColumnTypes() (key, binary, temporal string) {
 	return `text COLLATE "C"`, "bytea", "timestamptz"
 }
 
+// RetentionIndex counts the table's indexes that lead with processed_at.
+func (Dialect) RetentionIndex(t sqlinbox.Table) (string, []any) {
+	return `SELECT count(*) FROM pg_indexes WHERE schemaname = COALESCE(NULLIF($1, ''), current_schema())
+	AND tablename = $2 AND indexdef LIKE '%(processed_at%'`, []any{t.Schema, t.Name}
+}
+
+// UpgradeTable: the table has not changed since the first release.
+func (Dialect) UpgradeTable(sqlinbox.Table) (name string, up, down []string) { return "", nil, nil }
+
 // InsertClaim inserts the claim; a duplicate fails on the primary key.
 func (Dialect) InsertClaim(t sqlinbox.Table) string {
 	return `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`
