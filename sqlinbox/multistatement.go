@@ -135,7 +135,7 @@ func (s *multiSession) begin(ctx context.Context, first []statement) (int, error
 		if !ok {
 			return fmt.Errorf("sqlinbox: connection %T does not come from NewMultiStatement's pool", driverConn)
 		}
-		requestErr = c.beginWith(ctx, text, args)
+		requestErr = c.beginWith(ctx, text, len(first)+1, args)
 		if errors.Is(requestErr, driver.ErrBadConn) {
 			return requestErr // database/sql closes the connection
 		}
@@ -164,7 +164,7 @@ func (s *multiSession) commit(ctx context.Context, statements []statement) (int,
 		return 0, sqlEnded(s.tx.Commit())
 	}
 	text, args := request("", statements, "")
-	if _, err := s.tx.ExecContext(ctx, text, append(args, endsInCommit{})...); err != nil {
+	if _, err := s.tx.ExecContext(ctx, text, append(args, endsInCommit{len(statements)})...); err != nil {
 		return failedUnknown, sqlEnded(err)
 	}
 	return len(statements), sqlEnded(s.tx.Commit()) // sends nothing: the request committed
@@ -172,7 +172,7 @@ func (s *multiSession) commit(ctx context.Context, statements []statement) (int,
 
 func (s *multiSession) run(ctx context.Context, statements []statement) (int, error) {
 	text, args := request(s.pool.beginText, statements, sqlCommit)
-	if _, err := s.conn.ExecContext(txmark.With(ctx, txmark.Begins|txmark.Ends), text, args...); err != nil {
+	if _, err := s.conn.ExecContext(txmark.With(ctx, txmark.Begins|txmark.Ends), text, append(args, holdsStatements{len(statements) + 2})...); err != nil {
 		return failedUnknown, err
 	}
 	return 0, nil
@@ -218,6 +218,16 @@ func (s *multiSession) abort(ctx context.Context, cause error) error {
 			"with the parameters in the text: go-sql-driver/mysql's multiStatements=true and interpolateParams=true)", cause)
 	}
 	return cause
+}
+
+// queryString reads one string on the session's connection.
+func (s *multiSession) queryString(ctx context.Context, query string) (v string, err error) {
+	if s.tx != nil {
+		err = s.tx.QueryRowContext(ctx, query).Scan(&v)
+	} else {
+		err = s.conn.QueryRowContext(ctx, query).Scan(&v)
+	}
+	return v, err
 }
 
 func (s *multiSession) release() { _ = s.conn.Close() }

@@ -18,6 +18,9 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	if err := s.before(ctx, writeBehindMode); err != nil {
 		return nil, err
 	}
+	if err := s.sql.checkQueued(queuedStatements(queued)); err != nil {
+		return nil, err
+	}
 	sess, err := s.pool.session(ctx)
 	if err != nil {
 		return nil, acquireError(err)
@@ -26,9 +29,7 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	var inserted bool
 	statements := append(s.sql.lockTimeoutStatement(), s.sql.claimStatement(claim, s.pool.claimSkips(true), &inserted))
 	claimAt := len(statements) - 1
-	for _, st := range queued {
-		statements = append(statements, statement{sql: st.SQL, args: st.Args, kind: kindQueued})
-	}
+	statements = append(statements, queuedStatements(queued)...)
 	if produced != nil {
 		statements = append(statements, s.sql.recordStatement(claim, produced))
 	}
@@ -51,9 +52,22 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 		// The outcome of a failed COMMIT is for the next delivery to find out.
 		return nil, fmt.Errorf("sqlinbox: commit: %w", err)
 	}
-	err = sess.abort(ctx, s.failure(statements, failed, err, "write-behind request"))
+	err = s.failure(statements, failed, err, "write-behind request")
+	if failed == failedUnknown || failed <= claimAt {
+		err = s.explainClaim(ctx, sess, err)
+	}
+	err = sess.abort(ctx, err)
 	if failed != failedUnknown && (failed < claimAt+1) {
 		return nil, &storeError{err} // BEGIN, the lock timeout or the claim
 	}
 	return nil, err
+}
+
+// queuedStatements are the statements a handler queued, as the store sends them.
+func queuedStatements(queued []inbox.Statement) []statement {
+	statements := make([]statement, len(queued))
+	for i, st := range queued {
+		statements[i] = statement{sql: st.SQL, args: st.Args, kind: kindQueued}
+	}
+	return statements
 }
