@@ -95,9 +95,12 @@ type multiSession struct {
 	tx   *sql.Tx // the transaction the claim's request began, adopted by database/sql
 }
 
-// requestSeparator ends each statement of a request on a line of its own, so that a line
-// comment at the end of one (-- or #) cannot run into the next.
-const requestSeparator = ";\n"
+// requestSeparator ends each statement of a request with a newline before the semicolon, so
+// that a line comment at the end of one (-- or #) ends before the semicolon and cannot take
+// in the next statement (after ";\n" it would take in the semicolon itself). pgx joins a
+// simple-protocol batch the same way. A comment or string left open runs on to the end of
+// the request: the connection counts the statements the server ran (checkResults).
+const requestSeparator = "\n;"
 
 // request joins begin (if not ""), statements and commit (if not "") into one multi-statement
 // request, and the statements' arguments.

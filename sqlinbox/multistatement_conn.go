@@ -93,8 +93,10 @@ func checkResults(result driver.Result, want int) error {
 
 // errNeedsMultiStatements is what the connection returns when the driver wants to prepare one
 // of the store's requests instead of sending it: several statements cannot be prepared as one.
-var errNeedsMultiStatements = errors.New("sqlinbox: the driver would prepare a multi-statement request; " +
-	"set interpolateParams=true and multiStatements=true in the DSN")
+var errNeedsMultiStatements = errors.New("sqlinbox: the driver would prepare a multi-statement request instead of " +
+	"writing its parameters into the text: set interpolateParams=true and multiStatements=true in the DSN; with them, " +
+	"a statement whose ? do not match its arguments does this too (a ? inside a string or comment, or a statement " +
+	"after an unterminated /* comment, whose ? the driver then reads as the comment's)")
 
 // beginWith sends request, which begins a transaction, and, if it succeeds, makes the next
 // BeginTx adopt the transaction. If it fails, the server may be left in the
