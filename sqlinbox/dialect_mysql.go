@@ -17,6 +17,12 @@ import (
 // reads no affected-row count, so no DSN setting (clientFoundRows among them) changes what a
 // claim returns. The inbox's own values travel hex-encoded and are decoded by UNHEX in the
 // statements (see Param).
+//
+// A store on this dialect refuses a connection whose character_set_client is big5, cp932,
+// gb18030, gbk or sjis, in which the driver's client-side escaping of the application's
+// parameters can be undone: its table check (CheckTable, InitializeSchema) and every claim
+// fail with an error that names the character set. It also refuses a queued statement
+// that sets sql_mode, NAMES, CHARACTER SET or a character_set_ variable. See docs/mysql.md.
 func MySQL() Dialect { return mysql{} }
 
 type mysql struct{}

@@ -33,8 +33,12 @@ import (
 // InterpolateParams set in its Config (the DSN's multiStatements=true&interpolateParams=true):
 // the driver must run several statements in one call with the parameters written into the
 // text. Without them every message fails with an error that says so, and is nacked. Queued
-// statements must then hold no "?" other than their parameters. multiStatements widens what
-// a statement built from input could do (SECURITY.md).
+// statements must then hold no "?" other than their parameters, and be one statement each:
+// a request whose server ran more or fewer statements than it holds (a queued text of two
+// statements, or one that ends in an unterminated comment) is rolled back and its message
+// nacked, never taken as committed. multiStatements widens what a statement built from input
+// could do, and client-side interpolation is unsafe in some character sets, which the store
+// refuses (see MySQL; SECURITY.md).
 //
 // dialect must have MultiStatement SQL (MySQL has). Config.Begin is refused: a message's
 // transaction begins in a request of the store's own.
