@@ -51,6 +51,7 @@ func testQueuedStatementEnds(t *testing.T, b *backend, writeBehind bool) {
 		{"string with a semicolon", "INSERT INTO " + b.business + " (consumer, msg_key) VALUES ('semi;colon', ?)",
 			func(key string) []any { return []any{key} }, 1},
 		{"two statements", insert + "; " + insert, func(key string) []any { return append(ownRow(key), ownRow(key)...) }, 2},
+		{"semicolon, then a comment", insert + "; -- c", ownRow, 1},
 	}
 	// A store whose lock wait ends soon: a redelivery that waited for a claim's lock held by a
 	// transaction left open would fail instead of hanging.
