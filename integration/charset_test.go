@@ -141,8 +141,12 @@ func testUnsafeCharsetIsRefused(t *testing.T, charset, lead, via, kind string, w
 			for delivery := 1; delivery <= 2; delivery++ {
 				copied := message.NewMessage(msg.UUID, msg.Payload)
 				copied.Metadata = maps.Clone(msg.Metadata)
-				if _, err := h(copied); err == nil || !strings.Contains(err.Error(), named) {
+				_, err := h(copied)
+				if err == nil || !strings.Contains(err.Error(), named) {
 					t.Fatalf("consumer %q, value %q, delivery %d: %v; want an error saying %q", c.name, value, delivery, err, named)
+				}
+				if !store.IsTransient(err) {
+					t.Fatalf("consumer %q, value %q: the refusal is not transient, so a poison queue would take the message: %v", c.name, value, err)
 				}
 			}
 		}

@@ -36,7 +36,8 @@ type charsetQueryer interface {
 	queryString(ctx context.Context, query string) (string, error)
 }
 
-// charsetError is the refusal of a connection whose character_set_client is unsafe.
+// charsetError is the refusal of a connection whose character_set_client is unsafe: the
+// deployment's, not the message's, so a store error, which IsTransient reports.
 func charsetError(charset string, cause error) error {
 	err := fmt.Errorf("sqlinbox: refused: the MySQL connection's character_set_client is %s, in which a multibyte "+
 		"character can swallow the backslash that go-sql-driver/mysql escapes a quote with when it writes parameters "+
@@ -44,9 +45,9 @@ func charsetError(charset string, cause error) error {
 		"application's could end its string and run as SQL; connect with charset=utf8mb4 and run no SET NAMES or "+
 		"SET character_set_client on the pool (the tables' own character sets need not change)", charset)
 	if cause != nil {
-		return fmt.Errorf("%w (%w)", err, cause)
+		err = fmt.Errorf("%w (%w)", err, cause)
 	}
-	return err
+	return &storeError{err}
 }
 
 // checkCharset reads the character set of a connection of the pool, for the table check: an

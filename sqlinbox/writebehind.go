@@ -18,7 +18,8 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	if err := s.before(ctx, writeBehindMode); err != nil {
 		return nil, err
 	}
-	if err := s.sql.checkQueued(queuedStatements(queued)); err != nil {
+	handlers := queuedStatements(queued)
+	if err := s.sql.checkQueued(handlers); err != nil {
 		return nil, err
 	}
 	sess, err := s.pool.session(ctx)
@@ -29,7 +30,7 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	var inserted bool
 	statements := append(s.sql.lockTimeoutStatement(), s.sql.claimStatement(claim, s.pool.claimSkips(true), &inserted))
 	claimAt := len(statements) - 1
-	statements = append(statements, queuedStatements(queued)...)
+	statements = append(statements, handlers...)
 	if produced != nil {
 		statements = append(statements, s.sql.recordStatement(claim, produced))
 	}
@@ -53,12 +54,14 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 		return nil, fmt.Errorf("sqlinbox: commit: %w", err)
 	}
 	err = s.failure(statements, failed, err, "write-behind request")
+	refused := false
 	if failed == failedUnknown || failed <= claimAt {
-		err = s.explainClaim(ctx, sess, err)
+		explained := s.explainClaim(ctx, sess, err)
+		refused, err = explained != err, explained
 	}
 	err = sess.abort(ctx, err)
-	if failed != failedUnknown && (failed < claimAt+1) {
-		return nil, &storeError{err} // BEGIN, the lock timeout or the claim
+	if refused || failed != failedUnknown && (failed < claimAt+1) {
+		return nil, &storeError{err} // BEGIN, the lock timeout or the claim, or the claim's refusal of the connection
 	}
 	return nil, err
 }
