@@ -25,7 +25,10 @@ var unsafeCharsets = map[string]string{"gbk": "\u0801", "sjis": "\u0081", "cp932
 var mysqlStoreKinds = []string{"NewDB", "NewMultiStatement"}
 
 // mysqlPool opens a store of kind on a pool of one connection to the test server, with
-// params added to the DSN, and the pool; both are closed when the test ends.
+// params added to the DSN, and the pool; both are closed when the test ends. The DSN has
+// multiStatements=true for NewDB too, the worst case: there an injected statement would run
+// as a statement of its own (with the guard disabled, the hostile values dropped the canary
+// table on every store and mode on a SET NAMES gbk connection).
 func mysqlPool(t *testing.T, kind, params string, config sqlinbox.Config) (*sqlinbox.Store, *sql.DB) {
 	t.Helper()
 	dsn := testenv.MySQLDSN(t) + "&multiStatements=true"
