@@ -164,7 +164,13 @@ func (s *Store) CheckTable(ctx context.Context) error {
 // mode) could otherwise have its steps run on two.
 func (s *Store) describe(ctx context.Context) (primaryKey string, err error) {
 	var columns []column
+	var charsetErr error
 	err = s.pool.inTx(ctx, false, func(q querier) error {
+		// A connection of the pool in an unsafe character set, which the DSN gives every
+		// connection, is refused before anything else (see charsetguard.go).
+		if charsetErr = s.checkCharset(ctx, q); charsetErr != nil {
+			return nil
+		}
 		rows, err := q.query(ctx, s.sql.describe, s.sql.describeArgs...)
 		if err != nil {
 			return err
@@ -181,6 +187,9 @@ func (s *Store) describe(ctx context.Context) (primaryKey string, err error) {
 		}
 		return rows.Err()
 	})
+	if charsetErr != nil {
+		return "", charsetErr
+	}
 	if err != nil {
 		return "", fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
 	}
