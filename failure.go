@@ -3,6 +3,9 @@ package inbox
 import (
 	"context"
 	"errors"
+
+	"github.com/ThreeDotsLabs/watermill"
+	routermw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 )
 
 // Poisonous reports whether err, returned by a handler chain that holds the inbox middleware,
@@ -49,4 +52,43 @@ func (m *middleware) markInfrastructure(err error) error {
 		return err // marked already, by an inbox further in
 	}
 	return &infrastructureError{err}
+}
+
+// ShouldRetry returns a ShouldRetry for Watermill's middleware.Retry that tells the two kinds
+// of failure apart: a failure of the infrastructure (Poisonous reports false) is retried for
+// as long as it lasts, with Retry's backoff between attempts; the message's own failure is
+// retried until the delivery has been retried retries times, and then returned, for the
+// poison queue to take. It logs that last failure once, at error level, to logger (nil logs
+// nothing); Retry's Logger logs each failure it retries.
+//
+// Set Retry's MaxRetries above any count it should reach (ShouldRetry decides when to stop)
+// and MaxInterval to cap the wait between attempts, as the recommended stack does:
+//
+//	retry := middleware.Retry{
+//		MaxRetries:      math.MaxInt32, // inbox.ShouldRetry decides when to stop
+//		InitialInterval: 50 * time.Millisecond,
+//		Multiplier:      1.5,
+//		MaxInterval:     2 * time.Second, // a database that is away is tried every 2 s
+//		ShouldRetry:     inbox.ShouldRetry(3, logger),
+//		Logger:          logger,
+//	}
+//
+// Retry counts every retry of the delivery, the infrastructure's too: a message that failed
+// while the database was away and then fails on its own is given up on at that first own
+// failure once retries retries have been made. The wait between attempts is outside the
+// inbox middleware, with the claim's transaction ended, so no connection is held while it
+// waits; Retry stops waiting when the message's context is done (the router closing) and
+// returns the context's error, which Poisonous reports false for.
+func ShouldRetry(retries int, logger watermill.LoggerAdapter) func(routermw.RetryParams) bool {
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return func(p routermw.RetryParams) bool {
+		if !Poisonous(p.Err) || p.RetryNum < retries {
+			return true
+		}
+		logger.Error("Message failed on its own after its retries: giving up on it", p.Err,
+			watermill.LogFields{"retry_no": p.RetryNum, "max_retries": retries})
+		return false
+	}
 }
