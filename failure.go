@@ -22,8 +22,11 @@ import (
 // Galera node not ready, a COMMIT whose outcome is unknown, and more); and for a delivery
 // cancelled (context.Canceled: the router or the subscriber closing, which
 // middleware.Retry returns while it waits). A handler's own error is poisonous unless it
-// wraps one the store reports, such as a deadlock of a statement on the inbox transaction.
-// The mark keeps errors.Is and errors.As working on the error it marks.
+// wraps one the store reports, such as a deadlock of a statement on the inbox transaction,
+// and a handler that failed after its context's deadline (middleware.Timeout inside the
+// inbox) is poisonous whatever its statements were cut off with: Timeout bounds the handler,
+// and one that always overruns is the message's problem or the handler's. The mark keeps
+// errors.Is and errors.As working on the error it marks.
 //
 // A store without an IsTransient(error) bool method marks nothing: every error but a
 // cancellation is poisonous then.
@@ -42,9 +45,11 @@ type infrastructureError struct{ err error }
 func (e *infrastructureError) Error() string { return e.err.Error() }
 func (e *infrastructureError) Unwrap() error { return e.err }
 
-// markInfrastructure marks err if the store reports it as a failure of the infrastructure.
-func (m *middleware) markInfrastructure(err error) error {
-	if err == nil || m.transient == nil || !m.transient(err) {
+// markInfrastructure marks err if the store reports it as a failure of the infrastructure,
+// unless the handler overran its deadline: a handler that runs too long is retried a few
+// times and poisoned, whatever its statements were cut off with.
+func (m *middleware) markInfrastructure(err error, overran bool) error {
+	if err == nil || overran || m.transient == nil || !m.transient(err) {
 		return err
 	}
 	var infra *infrastructureError

@@ -254,3 +254,22 @@ func TestRetryStopsWhenTheMessageContextEnds(t *testing.T) {
 		t.Fatal("Retry went on after the message context ended")
 	}
 }
+
+// A handler that overran middleware.Timeout inside the inbox fails on its own, even when the
+// statement the deadline cut off failed with an error the store reports: Timeout bounds the
+// handler, and its retries end in the poison queue.
+func TestHandlerThatOverranItsTimeoutIsPoisonous(t *testing.T) {
+	store := classifyingStore{newFakeStore()}
+	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(middleware.Timeout(time.Millisecond)(func(msg *message.Message) ([]*message.Message, error) {
+		<-msg.Context().Done()
+		return nil, fmt.Errorf("insert: %w", errors.Join(msg.Context().Err(), errDatabaseDown))
+	}))
+	_, err = h(message.NewMessage("order-1", nil))
+	if !errors.Is(err, context.DeadlineExceeded) || !inbox.Poisonous(err) {
+		t.Errorf("err = %v, Poisonous = %v; want the deadline, poisonous", err, inbox.Poisonous(err))
+	}
+}

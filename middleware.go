@@ -223,8 +223,7 @@ type middleware struct {
 
 func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		produced, err := m.handle(h, msg)
-		return produced, m.markInfrastructure(err)
+		return m.handle(h, msg)
 	}
 }
 
@@ -239,6 +238,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 			d.end(fmt.Errorf("panic: %v", recovered))
 			panic(recovered) // the router (or middleware.Recoverer) turns it into a nack
 		}
+		err = m.markInfrastructure(err, d.overran)
 		d.end(err)
 	}()
 	if err := d.identify(); err != nil {
