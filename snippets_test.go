@@ -45,6 +45,7 @@ const snippetImports = `import (
 	"fmt"
 	"log"
 	"math"
+	"net/http"
 	"os"
 	"time"
 
@@ -58,6 +59,7 @@ const snippetImports = `import (
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/handlertest"
+	"github.com/inboxkit/watermill-inbox/inboxhttp"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 `
