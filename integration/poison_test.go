@@ -185,3 +185,39 @@ func recommendedRouter(t *testing.T, store inbox.Store, pubSub *gochannel.GoChan
 	<-router.Running()
 	return router
 }
+
+// Closing the router while messages wait in Retry for a table that does not exist ends the
+// waits: Close returns at once, not after the router's CloseTimeout, and the messages it
+// cancelled are not poisoned (a broker redelivers them after the restart).
+func TestRouterCloseEndsRetryWaits(t *testing.T) {
+	b := sqliteBackend(t)
+	store, err := b.newStore(sqlinbox.Config{Table: testenv.Name("inbox_typo")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := watermill.NewCaptureLogger()
+	poison := &poisonRecorder{}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubSub.Close() })
+	router := recommendedRouter(t, store, pubSub, poison, logger, func(*message.Message) error { return nil })
+	const orders = 5
+	for range orders {
+		if err := pubSub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte("order"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Five retries each: the waits are now 855 ms and more.
+	waitFor(t, "every message retried 5 times", func() bool { return retriesLogged(logger) >= 5*orders })
+	start := time.Now()
+	if err := router.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close took %v with messages waiting in Retry, want them cancelled at once", took)
+	} else {
+		t.Logf("Close returned in %v", took.Round(time.Millisecond))
+	}
+	if n := len(poison.poisoned()); n != 0 {
+		t.Errorf("%d messages poisoned by the close, want 0", n)
+	}
+}
