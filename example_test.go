@@ -144,3 +144,16 @@ func ExampleKeyFromContext() {
 	}
 	_ = chargeCard
 }
+
+// The poison queue's filter: the message's own failure is poisonous; a cancelled delivery (the
+// router closing) is not, nor is an error the inbox middleware marked as its store's
+// infrastructure failure (a database away, a missing table, a deadlock).
+func ExamplePoisonous() {
+	fmt.Println(inbox.Poisonous(fmt.Errorf("decode order: %w", errors.New("unexpected end of JSON input"))))
+	fmt.Println(inbox.Poisonous(fmt.Errorf("publish: %w", context.Canceled)))
+	fmt.Println(inbox.Poisonous(nil))
+	// Output:
+	// true
+	// false
+	// false
+}
