@@ -14,8 +14,8 @@ import (
 // later delivery of the same message gets past:
 //
 //   - the table check's refusal (ErrTableMismatch, a missing table among them), a
-//     multi-statement store refused on this server (ErrMultiStatementRefused), and a MySQL
-//     connection refused for its character set (see MySQL);
+//     multi-statement store refused on this driver or server (ErrMultiStatementRefused),
+//     and a MySQL connection refused for its character set (see MySQL);
 //   - a failure of the store's own statements before the handler's (BEGIN, the lock
 //     timeout, the claim, the read of a committed claim), and a connection that could not
 //     be acquired;
