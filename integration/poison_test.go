@@ -299,10 +299,16 @@ func (r *pacedRun) waitAcked(t *testing.T, n int, deadline time.Time) {
 // invoice.
 func (r *pacedRun) checkExactlyOnce(t *testing.T, orders int) {
 	t.Helper()
-	ctx := context.Background()
 	for _, msg := range r.poison.poisoned() {
 		t.Errorf("%s: order %s poisoned: %s", r.broker.name, msg.UUID, msg.Metadata.Get(middleware.ReasonForPoisonedKey))
 	}
+	r.checkInvoices(t, orders)
+}
+
+// checkInvoices checks that orders orders have one claim and one invoice each.
+func (r *pacedRun) checkInvoices(t *testing.T, orders int) {
+	t.Helper()
+	ctx := context.Background()
 	count := func(query string) int {
 		t.Helper()
 		n, err := r.db.direct.count(ctx, query)
@@ -361,10 +367,15 @@ func (r *pacedRun) maxAttempts() int {
 // in Retry's backoff, their claims refused, no transaction open). Each case has its own
 // server; they run in parallel.
 func TestDatabaseOutagePoisonsNothing(t *testing.T) {
+	t.Parallel()
 	type server struct {
 		db          *pacedDB
 		stop, start func() error
 	}
+	// The cases run at once, as subtests of their own goroutines: they mostly wait, and as
+	// parallel subtests they would take turns for go test's -parallel slots (GOMAXPROCS).
+	var cases sync.WaitGroup
+	defer cases.Wait()
 	for _, c := range []struct {
 		name  string
 		start func(t *testing.T) server
@@ -379,53 +390,54 @@ func TestDatabaseOutagePoisonsNothing(t *testing.T) {
 		}},
 	} {
 		for _, outage := range []time.Duration{5 * time.Second, 30 * time.Second} {
-			t.Run(fmt.Sprintf("%s/%s", c.name, outage), func(t *testing.T) {
-				t.Parallel()
-				s := c.start(t)
-				var runs []*pacedRun
-				for _, broker := range pacedBrokers {
-					runs = append(runs, startPacedRun(t, s.db, broker, ""))
-				}
-				var published sync.WaitGroup
-				for _, r := range runs {
-					published.Go(func() { r.publishPaced(t, pacedOrders, pacedEvery) })
-				}
-				// Mid-traffic: once a third of the orders were published on every broker.
-				waitFor(t, "a third of the orders published", func() bool {
+			cases.Go(func() {
+				t.Run(fmt.Sprintf("%s/%s", c.name, outage), func(t *testing.T) {
+					s := c.start(t)
+					var runs []*pacedRun
+					for _, broker := range pacedBrokers {
+						runs = append(runs, startPacedRun(t, s.db, broker, ""))
+					}
+					var published sync.WaitGroup
 					for _, r := range runs {
-						if r.publishedCount() < pacedOrders/3 {
-							return false
+						published.Go(func() { r.publishPaced(t, pacedOrders, pacedEvery) })
+					}
+					// Mid-traffic: once a third of the orders were published on every broker.
+					waitFor(t, "a third of the orders published", func() bool {
+						for _, r := range runs {
+							if r.publishedCount() < pacedOrders/3 {
+								return false
+							}
 						}
+						return true
+					})
+					before := runs[0].publishedCount()
+					if err := s.stop(); err != nil {
+						t.Fatal(err)
 					}
-					return true
+					down := time.Now() // the server has exited
+					time.Sleep(outage) // the outage itself
+					up := time.Now()
+					if err := s.start(); err != nil {
+						t.Fatal(err)
+					}
+					restarted := time.Now()
+					published.Wait()
+					for _, r := range runs {
+						r.waitAcked(t, pacedOrders, restarted.Add(60*time.Second))
+					}
+					for _, r := range runs {
+						r.stop()
+						r.checkExactlyOnce(t, pacedOrders)
+						if n := r.handlersStartedBetween(down, up); n != 0 {
+							t.Errorf("%s: %d handler runs started while the database was down", r.broker.name, n)
+						}
+						last, backlog := r.afterRestart(restarted)
+						report(t, fmt.Sprintf("outage %s on %s: %d orders every %s, database down %.1fs after %d published, restarted in %.2fs; "+
+							"%d poisoned; the backlog invoiced %.2fs and the last order %.2fs after the restart; at most %d attempts for one order",
+							t.Name(), r.broker.name, pacedOrders, pacedEvery, up.Sub(down).Seconds(), before,
+							restarted.Sub(up).Seconds(), len(r.poison.poisoned()), backlog.Seconds(), last.Seconds(), r.maxAttempts()))
+					}
 				})
-				before := runs[0].publishedCount()
-				if err := s.stop(); err != nil {
-					t.Fatal(err)
-				}
-				down := time.Now() // the server has exited
-				time.Sleep(outage) // the outage itself
-				up := time.Now()
-				if err := s.start(); err != nil {
-					t.Fatal(err)
-				}
-				restarted := time.Now()
-				published.Wait()
-				for _, r := range runs {
-					r.waitAcked(t, pacedOrders, restarted.Add(60*time.Second))
-				}
-				for _, r := range runs {
-					r.stop()
-					r.checkExactlyOnce(t, pacedOrders)
-					if n := r.handlersStartedBetween(down, up); n != 0 {
-						t.Errorf("%s: %d handler runs started while the database was down", r.broker.name, n)
-					}
-					last, backlog := r.afterRestart(restarted)
-					report(t, fmt.Sprintf("outage %s on %s: %d orders every %s, database down %.1fs after %d published, restarted in %.2fs; "+
-						"%d poisoned; the backlog invoiced %.2fs and the last order %.2fs after the restart; at most %d attempts for one order",
-						t.Name(), r.broker.name, pacedOrders, pacedEvery, up.Sub(down).Seconds(), before,
-						restarted.Sub(up).Seconds(), len(r.poison.poisoned()), backlog.Seconds(), last.Seconds(), r.maxAttempts()))
-				}
 			})
 		}
 	}
@@ -456,10 +468,15 @@ func (r *pacedRun) attemptsOf(key string) int {
 // calls before router.Run, returns the table check's refusal: the program refuses to start. A
 // router started anyway, with the recommended stack, keeps every message waiting in Retry for
 // the window (200 messages, each retried past PoisonQueue's limit for the message's own
-// errors): none poisoned, none acked. Once the table is created as the schema makes it, the
+// errors; 12 s, so that the store's own check every 10 s refuses the table again within it):
+// none poisoned, none acked. Once the table is created as the schema makes it, the
 // store sees it at its next check (every 10 s) and all 200 are processed, once each.
 func TestMissingOrRefusedTablePoisonsNothing(t *testing.T) {
-	const messages, window = 200, 30 * time.Second
+	t.Parallel()
+	const messages, window = 200, 12 * time.Second
+	// The cases run at once, as TestDatabaseOutagePoisonsNothing's do.
+	var cases sync.WaitGroup
+	defer cases.Wait()
 	for _, db := range []struct {
 		name    string
 		dialect sqlinbox.Dialect
@@ -477,69 +494,177 @@ func TestMissingOrRefusedTablePoisonsNothing(t *testing.T) {
 			{"missing table", "", "it does not exist"},
 			{"primary key on message_id alone", db.refused, "its primary key is (message_id); want (consumer, message_id)"},
 		} {
-			t.Run(db.name+"/"+c.name, func(t *testing.T) {
-				t.Parallel()
-				ctx := context.Background()
-				d := db.open(t)
-				table := testenv.Name("inbox")
-				if c.ddl != "" {
-					mustExec(t, d.direct, strings.ReplaceAll(c.ddl, "{t}", table))
-				}
-				// The documented program's start-up check.
-				probe, _ := d.newStore(t, table)
-				err := probe.CheckTable(ctx)
-				if !errors.Is(err, sqlinbox.ErrTableMismatch) || !strings.Contains(err.Error(), c.reason) {
-					t.Fatalf("CheckTable: %v; want ErrTableMismatch saying %q", err, c.reason)
-				}
+			cases.Go(func() {
+				t.Run(db.name+"/"+c.name, func(t *testing.T) {
+					ctx := context.Background()
+					d := db.open(t)
+					table := testenv.Name("inbox")
+					if c.ddl != "" {
+						mustExec(t, d.direct, strings.ReplaceAll(c.ddl, "{t}", table))
+					}
+					// The documented program's start-up check.
+					probe, _ := d.newStore(t, table)
+					err := probe.CheckTable(ctx)
+					if !errors.Is(err, sqlinbox.ErrTableMismatch) || !strings.Contains(err.Error(), c.reason) {
+						t.Fatalf("CheckTable: %v; want ErrTableMismatch saying %q", err, c.reason)
+					}
 
-				// A router started anyway.
-				r := startPacedRun(t, d, pacedBrokers[0], table)
-				began := time.Now()
-				var msgs []*message.Message
-				for range messages {
-					order := watermill.NewUUID()
-					msgs = append(msgs, message.NewMessage(order, fmt.Appendf(nil, `{"order":%q}`, order)))
-				}
-				r.publish(t, msgs...)
-				time.Sleep(window) // the window in which the table stays wrong
-				if n := len(r.poison.poisoned()); n != 0 {
-					t.Errorf("%d of %d messages poisoned in %s on a wrong table; the first: %s", n, messages, window,
-						r.poison.poisoned()[0].Metadata.Get(middleware.ReasonForPoisonedKey))
-				}
-				if n := r.ackedCount(); n != 0 {
-					t.Errorf("%d messages acked on a wrong table", n)
-				}
-				fewest := math.MaxInt
-				for _, msg := range msgs {
-					fewest = min(fewest, r.attemptsOf(msg.UUID))
-				}
-				if fewest <= 1+poisonRetries {
-					t.Errorf("a message was attempted %d times in %s; want more than the %d after which the message's own error is poisoned",
-						fewest, window, 1+poisonRetries)
-				}
+					// A router started anyway.
+					r := startPacedRun(t, d, pacedBrokers[0], table)
+					began := time.Now()
+					var msgs []*message.Message
+					for range messages {
+						order := watermill.NewUUID()
+						msgs = append(msgs, message.NewMessage(order, fmt.Appendf(nil, `{"order":%q}`, order)))
+					}
+					r.publish(t, msgs...)
+					time.Sleep(window) // the window in which the table stays wrong
+					if n := len(r.poison.poisoned()); n != 0 {
+						t.Errorf("%d of %d messages poisoned in %s on a wrong table; the first: %s", n, messages, window,
+							r.poison.poisoned()[0].Metadata.Get(middleware.ReasonForPoisonedKey))
+					}
+					if n := r.ackedCount(); n != 0 {
+						t.Errorf("%d messages acked on a wrong table", n)
+					}
+					fewest := math.MaxInt
+					for _, msg := range msgs {
+						fewest = min(fewest, r.attemptsOf(msg.UUID))
+					}
+					if fewest <= 1+poisonRetries {
+						t.Errorf("a message was attempted %d times in %s; want more than the %d after which the message's own error is poisoned",
+							fewest, window, 1+poisonRetries)
+					}
 
-				// The fix, as the schema makes the table; the running store finds it by itself.
-				if c.ddl != "" {
-					mustExec(t, d.direct, "DROP TABLE "+table)
-				}
-				ddl, err := sqlinbox.SchemaSQL(db.dialect, table)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, statement := range strings.Split(strings.TrimSpace(ddl), ";\n") {
-					mustExec(t, d.direct, strings.TrimSuffix(statement, ";"))
-				}
-				fixed := time.Now()
-				// The store checks again at most every 10 s; Retry's next attempt follows within
-				// its longest interval.
-				r.waitAcked(t, messages, fixed.Add(10*time.Second+retryMaxInterval))
-				healed := time.Since(fixed)
-				r.stop()
-				r.checkExactlyOnce(t, messages)
-				report(t, fmt.Sprintf("wrong table %s: %d messages, %d poisoned in the %.0fs the table was wrong (each attempted at least %d times); "+
-					"all processed %.2fs after the table was fixed (%.1fs in all)",
-					t.Name(), messages, len(r.poison.poisoned()), fixed.Sub(began).Seconds(), fewest, healed.Seconds(), time.Since(began).Seconds()))
+					// The fix, as the schema makes the table; the running store finds it by itself.
+					if c.ddl != "" {
+						mustExec(t, d.direct, "DROP TABLE "+table)
+					}
+					ddl, err := sqlinbox.SchemaSQL(db.dialect, table)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, statement := range strings.Split(strings.TrimSpace(ddl), ";\n") {
+						mustExec(t, d.direct, strings.TrimSuffix(statement, ";"))
+					}
+					fixed := time.Now()
+					// The store checks again at most every 10 s; Retry's next attempt follows within
+					// its longest interval.
+					r.waitAcked(t, messages, fixed.Add(10*time.Second+retryMaxInterval))
+					healed := time.Since(fixed)
+					r.stop()
+					r.checkExactlyOnce(t, messages)
+					report(t, fmt.Sprintf("wrong table %s: %d messages, %d poisoned in the %.0fs the table was wrong (each attempted at least %d times); "+
+						"all processed %.2fs after the table was fixed (%.1fs in all)",
+						t.Name(), messages, len(r.poison.poisoned()), fixed.Sub(began).Seconds(), fewest, healed.Seconds(), time.Since(began).Seconds()))
+				})
 			})
 		}
+	}
+}
+
+// A PostgreSQL failover (a primary and a synchronous standby, the primary stopped at once
+// and the standby promoted) while 300 orders arrive at a steady pace, on gochannel and
+// RabbitMQ at once, with the recommended stack: the pools find the new primary through the
+// multi-host URL, every order is invoiced once, nothing is poisoned.
+func TestPostgresFailoverPoisonsNothing(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewPostgresReplica(t, true)
+	db := postgresDB(t, r.URL)
+	var runs []*pacedRun
+	for _, broker := range pacedBrokers {
+		runs = append(runs, startPacedRun(t, db, broker, ""))
+	}
+	var published sync.WaitGroup
+	for _, run := range runs {
+		published.Go(func() { run.publishPaced(t, pacedOrders, pacedEvery) })
+	}
+	waitFor(t, "a third of the orders published", func() bool {
+		for _, run := range runs {
+			if run.publishedCount() < pacedOrders/3 {
+				return false
+			}
+		}
+		return true
+	})
+	before := runs[0].publishedCount()
+	f, err := r.Failover(context.Background())
+	if err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	published.Wait()
+	for _, run := range runs {
+		run.waitAcked(t, pacedOrders, f.Promoted.Add(60*time.Second))
+	}
+	for _, run := range runs {
+		run.stop()
+		run.checkExactlyOnce(t, pacedOrders)
+		last, backlog := run.afterRestart(f.Promoted)
+		report(t, fmt.Sprintf("failover %s on %s: %d orders every %s, primary stopped after %d published, standby promoted in %.2fs; "+
+			"%d poisoned; the backlog invoiced %.2fs and the last order %.2fs after the promotion; at most %d attempts for one order",
+			t.Name(), run.broker.name, pacedOrders, pacedEvery, before, f.Promoted.Sub(f.Stopped).Seconds(),
+			len(run.poison.poisoned()), backlog.Seconds(), last.Seconds(), run.maxAttempts()))
+	}
+}
+
+// Real poison still reaches the poison queue with the recommended stack, after
+// 1+poisonRetries attempts: an order the handler refuses for good, a copy of a processed
+// message with another payload (a fingerprint mismatch) and a message without a UUID. The
+// healthy orders published with them are invoiced once; nothing else is poisoned.
+func TestRealPoisonStillPoisoned(t *testing.T) {
+	for _, db := range []struct {
+		name string
+		open func(t *testing.T) *pacedDB
+	}{
+		{"postgres", func(t *testing.T) *pacedDB { return postgresDB(t, testenv.PostgresURL(t)) }},
+		{"mariadb", func(t *testing.T) *pacedDB { return mariaDB(t, testenv.MySQLDSN(t)) }},
+	} {
+		t.Run(db.name, func(t *testing.T) {
+			t.Parallel()
+			r := startPacedRun(t, db.open(t), pacedBrokers[0], "")
+			const healthy = 20
+			var msgs []*message.Message
+			for range healthy {
+				order := watermill.NewUUID()
+				msgs = append(msgs, message.NewMessage(order, fmt.Appendf(nil, `{"order":%q}`, order)))
+			}
+			twice := msgs[0].UUID
+			r.publish(t, msgs...)
+			r.waitAcked(t, healthy, time.Now().Add(30*time.Second))
+
+			refused := message.NewMessage(watermill.NewUUID(), []byte(`{"customer":"nobody"}`))
+			refused.Metadata.Set("refuse", "yes")
+			mismatch := message.NewMessage(twice, []byte(`{"order":"another payload"}`))
+			noUUID := message.NewMessage("", []byte(`{}`))
+			r.publish(t, refused, mismatch, noUUID)
+			waitFor(t, "three messages poisoned", func() bool { return len(r.poison.poisoned()) >= 3 })
+			r.stop()
+
+			want := map[string]struct {
+				reason   string // in the poisoned message's reason_poisoned
+				attempts int
+			}{
+				refused.UUID: {errRefusedOrder.Error(), 1 + poisonRetries},
+				// A *FingerprintMismatchError; its first delivery succeeded.
+				twice: {"was processed with payload fingerprint", 1 + 1 + poisonRetries},
+				"":    {inbox.ErrInvalidKey.Error(), 1 + poisonRetries},
+			}
+			poisoned := r.poison.poisoned()
+			if len(poisoned) != len(want) {
+				t.Errorf("%d messages poisoned, want %d", len(poisoned), len(want))
+			}
+			for _, msg := range poisoned {
+				w, ok := want[msg.UUID]
+				reason := msg.Metadata.Get(middleware.ReasonForPoisonedKey)
+				switch {
+				case !ok:
+					t.Errorf("message %q poisoned (%s), want only the refused order, the mismatch and the message without a UUID", msg.UUID, reason)
+				case !strings.Contains(reason, w.reason):
+					t.Errorf("message %q poisoned with %q, want %q", msg.UUID, reason, w.reason)
+				case r.attemptsOf(msg.UUID) != w.attempts:
+					t.Errorf("message %q (%s): %d attempts, want %d", msg.UUID, w.reason, r.attemptsOf(msg.UUID), w.attempts)
+				}
+			}
+			r.checkInvoices(t, healthy)
+		})
 	}
 }
