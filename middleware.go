@@ -169,6 +169,11 @@ func (c Config) validate() error {
 //	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
 //		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
 //
+// An error its store reports as a failure of the infrastructure (a store with an
+// IsTransient(err error) bool method, as sqlinbox's has) comes back marked so that
+// Poisonous reports false for it, for PoisonQueueWithFilter and Retry to tell it from the
+// message's own failure.
+//
 // It logs its consumer (or ConsumerByHandler's map) at info level, and each router
 // handler's consumer once, with its first message, so that a consumer set by accident
 // differently in each process shows in the logs. A nil logger logs nothing.
@@ -190,6 +195,9 @@ func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (
 	}
 	m := &middleware{store: store, config: config, logger: logger, metrics: metrics,
 		tracer: config.TracerProvider.Tracer(inboxotel.ScopeName)}
+	if t, ok := store.(interface{ IsTransient(err error) bool }); ok {
+		m.transient = t.IsTransient
+	}
 	if config.Publisher != nil {
 		if err := m.usePublisher(config.Publisher); err != nil {
 			return nil, err
@@ -207,11 +215,13 @@ type middleware struct {
 	tracer    trace.Tracer
 	publisher atomic.Pointer[Publisher] // the one this inbox publishes recorded messages through
 	handlers  sync.Map                  // the router handlers whose consumer was logged
+	transient func(error) bool          // the store's IsTransient; nil: it has none
 }
 
 func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		return m.handle(h, msg)
+		produced, err := m.handle(h, msg)
+		return produced, m.markInfrastructure(err)
 	}
 }
 

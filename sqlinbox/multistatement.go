@@ -32,7 +32,8 @@ import (
 // connector is go-sql-driver/mysql's (mysql.NewConnector), with MultiStatements and
 // InterpolateParams set in its Config (the DSN's multiStatements=true&interpolateParams=true):
 // the driver must run several statements in one call with the parameters written into the
-// text. Without them every message fails with an error that says so, and is nacked. Queued
+// text. Without them CheckTable and every message fail with an error wrapping
+// ErrMultiStatementRefused that says so, and the message is nacked. Queued
 // statements must then hold no "?" other than their parameters. multiStatements widens what
 // a statement built from input could do (SECURITY.md).
 //
@@ -62,7 +63,7 @@ func NewMultiStatement(connector driver.Connector, dialect Dialect, config Confi
 	}
 	p.beginText, p.selectClaim = s.sql.begin, s.sql.selectClaim
 	s.refusal = newVerdict(ErrMultiStatementRefused, 0, config.Logger,
-		"Multi-statement requests refused on this server: every message fails; make the store with sqlinbox.NewDB", nil)
+		"Multi-statement requests refused: every message fails; set the DSN's multiStatements=true and interpolateParams=true, or on a Galera node make the store with sqlinbox.NewDB", nil)
 	return s, db, nil
 }
 

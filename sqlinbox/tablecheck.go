@@ -154,8 +154,19 @@ func isTableMismatch(err error) bool { return errors.Is(err, ErrTableMismatch) }
 // start, and from a readiness probe. Its verdict is the store's: a refused table is refused
 // by every claim until a check passes (at most every 10 s while messages arrive), a table
 // that passes is used at once.
+//
+// On a store made by NewMultiStatement it also checks that the driver runs multi-statement
+// requests and that the server is not one that breaks them, and returns the error wrapping
+// ErrMultiStatementRefused that every message would get; that verdict is kept for the
+// store's life.
 func (s *Store) CheckTable(ctx context.Context) error {
-	return s.table.check(ctx, s.table.passing(s.describe))
+	if err := s.table.check(ctx, s.table.passing(s.describe)); err != nil {
+		return err
+	}
+	if s.refusal != nil {
+		return s.refuse(ctx, "every mode")
+	}
+	return nil
 }
 
 // describe reads the table's shape in a transaction of its own, judges it and returns the

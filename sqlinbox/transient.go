@@ -14,7 +14,7 @@ import (
 // later delivery of the same message gets past:
 //
 //   - the table check's refusal (ErrTableMismatch, a missing table among them) and a
-//     multi-statement store refused on this server (ErrMultiStatementRefused);
+//     multi-statement store refused on this driver or server (ErrMultiStatementRefused);
 //   - a failure of the store's own statements before the handler's (BEGIN, the lock
 //     timeout, the claim, the read of a committed claim), and a connection that could not
 //     be acquired;
