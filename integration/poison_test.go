@@ -173,7 +173,7 @@ func startPacedRun(t *testing.T, db *pacedDB, broker pacedBroker, table string) 
 	mustExec(t, db.direct, "CREATE TABLE "+r.business+" (consumer VARCHAR(255) NOT NULL, msg_key VARCHAR(255) NOT NULL)")
 
 	logger := watermill.NopLogger{}
-	inboxMW, err := newInboxMiddleware(store, inbox.Config{Consumer: "billing"}, logger)
+	inboxMW, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

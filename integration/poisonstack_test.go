@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"errors"
 	"math"
 	"sync"
 	"time"
@@ -35,19 +34,19 @@ func recommendedRetry(logger watermill.LoggerAdapter) middleware.Retry {
 		MaxInterval:     retryMaxInterval,
 		Multiplier:      2,
 		ShouldRetry: func(p middleware.RetryParams) bool {
-			return !poisonous(p.Err) || p.RetryNum < poisonRetries
+			return !inbox.Poisonous(p.Err) || p.RetryNum < poisonRetries
 		},
 		Logger: logger,
 	}
 }
 
 // recommendedPoisonStack is the README's stack around the inbox middleware inboxMW, outermost
-// first: PoisonQueueWithFilter(poisonous), Retry, Recoverer, the inbox, Timeout, CorrelationID.
+// first: PoisonQueueWithFilter(inbox.Poisonous), Retry, Recoverer, the inbox, Timeout, CorrelationID.
 // PoisonQueue publishes to topic through pub.
 func recommendedPoisonStack(pub message.Publisher, topic string, inboxMW message.HandlerMiddleware,
 	timeout time.Duration, logger watermill.LoggerAdapter,
 ) ([]message.HandlerMiddleware, error) {
-	poisonMW, err := middleware.PoisonQueueWithFilter(pub, topic, poisonous)
+	poisonMW, err := middleware.PoisonQueueWithFilter(pub, topic, inbox.Poisonous)
 	if err != nil {
 		return nil, err
 	}
@@ -87,39 +86,4 @@ func (p *poisonRecorder) poisoned() []*message.Message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]*message.Message(nil), p.msgs...)
-}
-
-// --- stand-in for inbox.Poisonous until it lands: deleted then. ---
-
-// transientMark marks an error the store reported transient.
-type transientMark struct{ err error }
-
-func (e *transientMark) Error() string { return e.err.Error() }
-func (e *transientMark) Unwrap() error { return e.err }
-
-func poisonous(err error) bool {
-	var m *transientMark
-	return !errors.As(err, &m)
-}
-
-// newInboxMiddleware is inbox.NewMiddleware, plus the stand-in's marking of the errors the
-// store reports transient.
-func newInboxMiddleware(store interface {
-	inbox.Store
-	IsTransient(error) bool
-}, config inbox.Config, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {
-	mw, err := inbox.NewMiddleware(store, config, logger)
-	if err != nil {
-		return nil, err
-	}
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		inner := mw(h)
-		return func(msg *message.Message) ([]*message.Message, error) {
-			out, err := inner(msg)
-			if err != nil && store.IsTransient(err) {
-				err = &transientMark{err}
-			}
-			return out, err
-		}
-	}, nil
 }

@@ -39,7 +39,7 @@ type transientStore struct {
 // deliver runs msg once through the inbox middleware of s around h and returns its error.
 func (s transientStore) deliver(t *testing.T, msg *message.Message, h func(msg *message.Message, tx runner) error) error {
 	t.Helper()
-	mw, err := newInboxMiddleware(s.store, inbox.Config{Consumer: "billing"}, watermill.NopLogger{})
+	mw, err := inbox.NewMiddleware(s.store, inbox.Config{Consumer: "billing"}, watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func wantTransient(t *testing.T, store *sqlinbox.Store, dialect sqlinbox.Dialect
 	if dialect != nil && !dialect.IsTransient(err) {
 		t.Errorf("%s: the dialect's IsTransient(%v) = false", what, err)
 	}
-	if poisonous(err) {
+	if inbox.Poisonous(err) {
 		t.Errorf("%s: the middleware's error %v is poisonous", what, err)
 	}
 	t.Logf("%s: %v", what, err)
