@@ -165,7 +165,10 @@ func (c Config) validate() error {
 // middleware.PoisonQueue and middleware.Recoverer, and outside middleware.Timeout, whose
 // cancelled context the inbox keeps from reaching the middleware after it:
 //
-//	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+//	poisonQueue, err := middleware.PoisonQueueWithFilter(publisher, "orders_poison", inbox.Poisonous)
+//	...
+//	retry := middleware.Retry{MaxRetries: math.MaxInt32, InitialInterval: 50 * time.Millisecond,
+//		Multiplier: 1.5, MaxInterval: 2 * time.Second, ShouldRetry: inbox.ShouldRetry(3, logger), Logger: logger}
 //	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
 //		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
 //
@@ -220,8 +223,7 @@ type middleware struct {
 
 func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		produced, err := m.handle(h, msg)
-		return produced, m.markInfrastructure(err)
+		return m.handle(h, msg)
 	}
 }
 
@@ -236,6 +238,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 			d.end(fmt.Errorf("panic: %v", recovered))
 			panic(recovered) // the router (or middleware.Recoverer) turns it into a nack
 		}
+		err = m.markInfrastructure(err, d.overran)
 		d.end(err)
 	}()
 	if err := d.identify(); err != nil {

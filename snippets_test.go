@@ -44,6 +44,7 @@ const snippetImports = `import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"time"
 
