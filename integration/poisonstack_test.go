@@ -15,28 +15,24 @@ import (
 // The recommended stack of the README, built in one place for the tests that check that a
 // database failing is not the message failing (poison_test.go, transient_test.go).
 
-// poisonRetries is how many times the recommended Retry retries an error that is the
-// message's before PoisonQueue takes it; a failure of the database is retried for as long as
-// it lasts.
+// poisonRetries is how many times the recommended Retry retries the message's own failure
+// before PoisonQueue takes it (inbox.ShouldRetry's retries); a failure of the database is
+// retried for as long as it lasts.
 const poisonRetries = 3
 
-// retryMaxInterval caps the recommended Retry's backoff: the longest a message waits, once
-// the database is back, before its next attempt.
-const retryMaxInterval = time.Second
+// retryMaxInterval is the recommended Retry's MaxInterval: the longest a message waits,
+// once the database is back, before its next attempt.
+const retryMaxInterval = 2 * time.Second
 
-// recommendedRetry is the README's Retry: infrastructure failures (inbox.Poisonous false)
-// without end, with a backoff capped at retryMaxInterval; the message's own errors
-// poisonRetries times.
+// recommendedRetry is the README's Retry.
 func recommendedRetry(logger watermill.LoggerAdapter) middleware.Retry {
 	return middleware.Retry{
 		MaxRetries:      math.MaxInt32,
-		InitialInterval: 100 * time.Millisecond,
+		InitialInterval: 50 * time.Millisecond,
+		Multiplier:      1.5,
 		MaxInterval:     retryMaxInterval,
-		Multiplier:      2,
-		ShouldRetry: func(p middleware.RetryParams) bool {
-			return !inbox.Poisonous(p.Err) || p.RetryNum < poisonRetries
-		},
-		Logger: logger,
+		ShouldRetry:     inbox.ShouldRetry(poisonRetries, logger),
+		Logger:          logger,
 	}
 }
 
