@@ -121,7 +121,6 @@ var errRefusedOrder = errors.New("order refused: no such customer")
 type pacedRun struct {
 	broker           pacedBroker
 	db               *pacedDB
-	store            *sqlinbox.Store
 	table, business  string
 	topic            string
 	pub              message.Publisher
@@ -159,7 +158,6 @@ func startPacedRun(t *testing.T, db *pacedDB, broker pacedBroker, table string) 
 		r.table = testenv.Name("inbox")
 	}
 	store, inTx := db.newStore(t, r.table)
-	r.store = store
 	t.Cleanup(func() {
 		ctx := context.WithoutCancel(ctx)
 		_ = db.direct.exec(ctx, "DROP TABLE IF EXISTS "+r.table)
