@@ -42,22 +42,23 @@ const (
 
 var errStackInjected = errors.New("injected: payment service unavailable")
 
-// stackRetries is Retry.MaxRetries: a message gets 1+stackRetries attempts per delivery.
-const stackRetries = 4
+// stackRetries is the recommended inbox.ShouldRetry's count, and the fixed MaxRetries of the
+// plain Retry: a message that fails on its own gets 1+stackRetries attempts per delivery.
+const stackRetries = poisonRetries
 
 // stackMiddlewares are the middlewares a stack is built from, each configured once.
 type stackMiddlewares struct {
 	poison, retry, recoverer, timeout, correlation, inbox message.HandlerMiddleware
-	// recommended is the README's stack around inbox (recommendedPoisonStack); poison and
-	// retry are Watermill's PoisonQueue without a filter and a Retry of stackRetries for all
-	// errors, for the orders the README warns about.
-	recommended []message.HandlerMiddleware
-	// retryResettingContext is Retry with ResetContextOnRetry; retry has Watermill's default.
-	retryResettingContext message.HandlerMiddleware
+	// fixedRetry is a Retry of stackRetries retries whatever failed, with Watermill's default
+	// context handling, and retryResettingContext the same with ResetContextOnRetry: what
+	// the stacks in the wrong order are shown with.
+	fixedRetry, retryResettingContext message.HandlerMiddleware
 }
 
-// recommendedStack is the stack the README recommends, outermost first.
-func recommendedStack(m stackMiddlewares) []message.HandlerMiddleware { return m.recommended }
+// recommendedStack is the order the README recommends, outermost first.
+func recommendedStack(m stackMiddlewares) []message.HandlerMiddleware {
+	return []message.HandlerMiddleware{m.poison, m.retry, m.recoverer, m.inbox, m.timeout, m.correlation}
+}
 
 type stackOptions struct {
 	handlers int   // router handlers, each its own RabbitMQ consumer: messages in flight
@@ -132,21 +133,18 @@ func startStack(t *testing.T, opts stackOptions) *stackRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poisonMW, err := middleware.PoisonQueue(r.publisher, r.poison.name)
+	poisonMW, err := middleware.PoisonQueueWithFilter(r.publisher, r.poison.name, inbox.Poisonous)
 	if err != nil {
 		t.Fatal(err)
 	}
-	retry := middleware.Retry{MaxRetries: stackRetries, InitialInterval: 20 * time.Millisecond, Multiplier: 2}
-	resetting := retry
+	retry := recommendedRetry(logger)
+	fixed := middleware.Retry{MaxRetries: stackRetries, InitialInterval: 20 * time.Millisecond, Multiplier: 2}
+	resetting := fixed
 	resetting.ResetContextOnRetry = true
-	recommended, err := recommendedPoisonStack(r.publisher, r.poison.name, inboxMW, opts.timeout, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := stackMiddlewares{
-		poison: poisonMW, retry: retry.Middleware, retryResettingContext: resetting.Middleware,
+		poison: poisonMW, retry: retry.Middleware, fixedRetry: fixed.Middleware, retryResettingContext: resetting.Middleware,
 		recoverer: middleware.Recoverer, timeout: middleware.Timeout(opts.timeout),
-		correlation: middleware.CorrelationID, inbox: inboxMW, recommended: recommended,
+		correlation: middleware.CorrelationID, inbox: inboxMW,
 	}
 
 	r.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, logger)
@@ -402,10 +400,10 @@ func (r *stackRun) deliveriesOf(order string) int {
 	return r.deliveries[order]
 }
 
-// The README's stack, outermost first: PoisonQueueWithFilter(inbox.Poisonous), Retry,
-// Recoverer, the inbox, Timeout, CorrelationID (recommendedPoisonStack). Four handlers on one
-// RabbitMQ queue; every order published twice; handlers that hang past the timeout, fail,
-// panic, fail twice, and pills that fail every time; a message without a UUID. Nothing lost (one invoice, one claim and one event per order that
+// The README's stack, outermost first: PoisonQueueWithFilter(..., inbox.Poisonous), Retry with
+// inbox.ShouldRetry, Recoverer, the inbox, Timeout, CorrelationID. Four handlers on one RabbitMQ queue; every order published twice; handlers
+// that hang past the timeout, fail, panic, fail twice, and pills that fail every time; a
+// message without a UUID. Nothing lost (one invoice, one claim and one event per order that
 // can succeed), nothing doubled, nothing poisoned but the pills and the message without a UUID.
 func TestRecommendedMiddlewareStackOnRabbitMQ(t *testing.T) {
 	r := startStack(t, stackOptions{handlers: 4, poolSize: 4, timeout: 300 * time.Millisecond, hold: 10 * time.Millisecond,
@@ -421,9 +419,9 @@ func TestRecommendedMiddlewareStackOnRabbitMQ(t *testing.T) {
 		want := 1
 		if kind == pill {
 			want = 0
-			// Every attempt ran the handler: 1+poisonRetries runs in each delivery.
-			if runs, deliveries := r.runsOf(order), r.deliveriesOf(order); runs != deliveries*(1+poisonRetries) {
-				t.Errorf("pill: %d handler runs in %d deliveries, want %d each", runs, deliveries, 1+poisonRetries)
+			// Every attempt ran the handler: 1+stackRetries runs in each delivery.
+			if runs, deliveries := r.runsOf(order), r.deliveriesOf(order); runs != deliveries*(1+stackRetries) {
+				t.Errorf("pill: %d handler runs in %d deliveries, want %d each", runs, deliveries, 1+stackRetries)
 			}
 		} else {
 			processable++
@@ -501,7 +499,7 @@ func TestTimeoutOutsideTheInbox(t *testing.T) {
 	}{
 		{"Retry, Timeout, inbox: retries fail before the handler, poison publish fails", 1,
 			func(m stackMiddlewares) []message.HandlerMiddleware {
-				return []message.HandlerMiddleware{m.poison, m.retry, m.recoverer, m.timeout, m.inbox}
+				return []message.HandlerMiddleware{m.poison, m.fixedRetry, m.recoverer, m.timeout, m.inbox}
 			}},
 		{"Retry with ResetContextOnRetry, Timeout, inbox: poison publish fails", 1 + stackRetries,
 			func(m stackMiddlewares) []message.HandlerMiddleware {

@@ -152,7 +152,7 @@ func isTableMismatch(err error) bool { return errors.Is(err, ErrTableMismatch) }
 // catalog could not be read, nil if the table is fit. The store runs it before its first
 // claim; call it at start-up too, so that a service on a table that cannot guard refuses to
 // start, and from a readiness probe. Its verdict is the store's: a refused table is refused
-// by every claim until a check passes (at most every 10 s while messages arrive), a table
+// by every claim until a check passes (at most every 5 s while messages arrive), a table
 // that passes is used at once.
 //
 // On a store made by NewMultiStatement it also checks that the driver runs multi-statement

@@ -94,8 +94,9 @@ func run(ctx context.Context, dir, listen string, orders int) error {
 
 // newEndpoint is the HTTP side: POST /orders behind inboxhttp, the key required. The body is
 // fingerprinted as the broker's messages are (their payload's SHA-256), so that an order sent
-// both ways under one key is one order.
-func newEndpoint(store inbox.Store) (http.Handler, error) {
+// both ways under one key is one order. GET /readyz is the readiness probe: 503 with the
+// reason while the database or the inbox table cannot work.
+func newEndpoint(store *sqlinbox.Store) (http.Handler, error) {
 	idempotent, err := inboxhttp.New(store, inboxhttp.Config{Consumer: "billing", Required: true,
 		Fingerprint: inboxhttp.BodySHA256}, nil)
 	if err != nil {
@@ -103,6 +104,7 @@ func newEndpoint(store inbox.Store) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", idempotent(http.HandlerFunc(createOrder)))
+	mux.Handle("GET /readyz", inboxhttp.Ready(store))
 	return mux, nil
 }
 
