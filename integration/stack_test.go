@@ -44,7 +44,7 @@ var errStackInjected = errors.New("injected: payment service unavailable")
 
 // stackRetries is the recommended inbox.ShouldRetry's count, and the fixed MaxRetries of the
 // plain Retry: a message that fails on its own gets 1+stackRetries attempts per delivery.
-const stackRetries = 3
+const stackRetries = poisonRetries
 
 // stackMiddlewares are the middlewares a stack is built from, each configured once.
 type stackMiddlewares struct {
@@ -137,14 +137,7 @@ func startStack(t *testing.T, opts stackOptions) *stackRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	retry := middleware.Retry{ // the recommended one
-		MaxRetries:      math.MaxInt32,
-		InitialInterval: 50 * time.Millisecond,
-		Multiplier:      1.5,
-		MaxInterval:     2 * time.Second,
-		ShouldRetry:     inbox.ShouldRetry(stackRetries, logger),
-		Logger:          logger,
-	}
+	retry := recommendedRetry(logger)
 	fixed := middleware.Retry{MaxRetries: stackRetries, InitialInterval: 20 * time.Millisecond, Multiplier: 2}
 	resetting := fixed
 	resetting.ResetContextOnRetry = true
