@@ -25,8 +25,11 @@ import (
 // wraps one the store reports, such as a deadlock of a statement on the inbox transaction,
 // and a handler that failed after its context's deadline (middleware.Timeout inside the
 // inbox) is poisonous whatever its statements were cut off with: Timeout bounds the handler,
-// and one that always overruns is the message's problem or the handler's. The mark keeps
-// errors.Is and errors.As working on the error it marks.
+// and one that always overruns is the message's problem or the handler's. A network error of
+// the handler's own (a call to another service refused or timed out, a net.Error) reads to
+// the store as a connection's failure, and is retried as long as it lasts too: another
+// service that is away is not the message's fault either. The mark keeps errors.Is and
+// errors.As working on the error it marks.
 //
 // A store without an IsTransient(error) bool method marks nothing: every error but a
 // cancellation is poisonous then.
