@@ -95,10 +95,13 @@
 // one without (ErrNoHandlerContext), and publishes at once only under WithPublishNow, for code
 // that is not a handler.
 //
-// # Write-behind mode
+// # The two modes
 //
-// Config.WriteBehind runs the handler before the claim and sends the claim, the writes it
-// queued and COMMIT together; its documentation says when to use it.
+// By default the claim comes first: BEGIN and the claim, then the handler in the claim's
+// transaction, then COMMIT. The documentation calls this the claim-first mode. In
+// write-behind mode ([Config.WriteBehind]) the handler runs before the claim and only queues
+// its writes ([ExecAtCommit]); the claim, those writes and COMMIT then go together, and a
+// duplicate's handler run is discarded. Its documentation says when to use it.
 //
 // # Observability
 //
