@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -249,8 +250,19 @@ func (d *delivery) fail(stage string) {
 	d.m.metrics.fail(d.ctx, d.claim.Consumer, d.handler, stage)
 }
 
-// fields are the log fields of the delivery, built only when something is logged.
+// fields are the log fields of the delivery, built only when something is logged. The
+// consumer and the key hold no control characters (invalidText); the UUID, which is not the
+// key under KeyFromMetadata, is quoted when it holds one, so that it cannot forge a log line.
 func (d *delivery) fields() watermill.LogFields {
-	return watermill.LogFields{"consumer": d.claim.Consumer, "handler_name": d.handler, "message_uuid": d.msg.UUID,
+	return watermill.LogFields{"consumer": d.claim.Consumer, "handler_name": d.handler, "message_uuid": logSafe(d.msg.UUID),
 		"idempotency_key": d.claim.Key}
+}
+
+// logSafe returns s, or s quoted as a Go string when it is not valid UTF-8 or holds a control
+// character.
+func logSafe(s string) string {
+	if invalidText(s) == "" {
+		return s
+	}
+	return strconv.Quote(s)
 }

@@ -12,9 +12,11 @@ import (
 var (
 	// ErrInvalidKey is wrapped, with the reason, by the error for a message whose idempotency
 	// key cannot be claimed: empty (a message without a UUID, by default), longer than
-	// MaxKeyLength bytes, not valid UTF-8, or holding a NUL byte, which not every database
-	// can store. Nothing is claimed and the handler does not run. A long key is never
-	// truncated: two long keys that share a prefix would otherwise collide.
+	// MaxKeyLength bytes, not valid UTF-8, holding a NUL byte, which not every database
+	// can store, or holding another control character (C0 such as a newline or ESC, DEL, or
+	// C1: U+0080 to U+009F), which would reach log lines and terminals raw. Nothing is
+	// claimed and the handler does not run. A long key is never truncated: two long keys that
+	// share a prefix would otherwise collide.
 	ErrInvalidKey = errors.New("inbox: invalid idempotency key")
 
 	// ErrNoConsumer is wrapped by the error of NewMiddleware for a Config with neither

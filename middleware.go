@@ -35,7 +35,8 @@ type Config struct {
 	// router handler's name gives competing handlers a consumer each, so a copy that reaches
 	// another of them runs again, and a renamed handler runs again what it processed before
 	// the rename; the subscribed topic gives fan-out handlers one consumer, so all but the
-	// first would ack every message unprocessed.
+	// first would ack every message unprocessed. A name is at most MaxConsumerLength bytes of
+	// UTF-8 without control characters, here and in ConsumerByHandler.
 	Consumer string
 
 	// ConsumerByHandler maps the name of the router handler a message arrives through
@@ -56,7 +57,8 @@ type Config struct {
 	// NewMiddleware copies it: changing it afterwards changes nothing.
 	ConsumerByHandler map[string]string
 
-	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8.
+	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8 without
+	// control characters.
 	// Default: UUIDKey (msg.UUID). KeyFromMetadata reads a business key instead. An empty
 	// key fails the message with an error wrapping ErrInvalidKey; it is never skipped
 	// silently.

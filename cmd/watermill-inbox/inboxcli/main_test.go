@@ -553,3 +553,38 @@ func shellWords(t *testing.T, line string) []string {
 	}
 	return words
 }
+
+// stats prints a consumer name with control characters quoted, with escapes, so that a name
+// in the table (written by an older release or by hand: the middleware refuses them now)
+// neither drives the terminal nor breaks the columns.
+func TestStatsEscapesConsumerNames(t *testing.T) {
+	d := databases(t)[2] // SQLite: the printing does not depend on the database
+	if code, _, stderr := runCLI(t, "migrate", "-dsn", d.dsn); code != exitOK {
+		t.Fatalf("migrate: exit %d, stderr %q", code, stderr)
+	}
+	db, _ := d.open(t)
+	evil, tabbed := "evil\x1b]0;TITLE\x07\x1b[2J", "tab\there\nnext"
+	for _, claim := range [][2]string{{evil, "k1"}, {evil, "k2"}, {tabbed, "k1"}, {tabbed, "k3"}, {"billing", "k4"}} {
+		if _, err := db.Exec("INSERT INTO inbox (consumer, message_id) VALUES (?, ?)", claim[0], claim[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stdout, stderr := runCLI(t, "stats", "-dsn", d.dsn)
+	if code != exitOK {
+		t.Fatalf("stats: exit %d, stderr %q", code, stderr)
+	}
+	if strings.ContainsAny(stdout, "\x1b\x07\t") {
+		t.Errorf("stats wrote control characters raw:\n%q", stdout)
+	}
+	for _, want := range []string{
+		`(?m)^"evil\\x1b\]0;TITLE\\a\\x1b\[2J"\s+2\s+20`, `(?m)^"tab\\there\\nnext"\s+2\s+20`, `(?m)^billing\s+1\s+20`,
+		`(?m)^1\s+"evil\\x1b\]0;TITLE\\a\\x1b\[2J", "tab\\there\\nnext"\s+yes`,
+	} {
+		if !regexp.MustCompile(want).MatchString(stdout) {
+			t.Errorf("stats output does not match %s:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "\nnext") {
+		t.Errorf("a consumer name broke a line:\n%s", stdout)
+	}
+}
