@@ -73,9 +73,8 @@ func (d *delivery) claimFirst(h message.HandlerFunc) ([]*message.Message, error)
 		}
 		return nil, err
 	}
-	encoded, err := encodeProduced(returned, pubs)
+	encoded, err := d.encode(returned, pubs)
 	if err != nil {
-		d.fail("commit")
 		return nil, errors.Join(err, d.rollback(tx))
 	}
 	// A commit that fails may still have been made durable by the server before the
@@ -95,9 +94,8 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 	if err != nil {
 		return nil, err
 	}
-	encoded, err := encodeProduced(returned, pubs)
+	encoded, err := d.encode(returned, pubs)
 	if err != nil {
-		d.fail("commit")
 		return nil, err
 	}
 	d.begun = time.Now()
@@ -113,6 +111,16 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 		return d.duplicate(prior)
 	}
 	return d.processed(returned, pubs)
+}
+
+// encode makes the record of what the handler produced, or the error that nacks it.
+func (d *delivery) encode(returned []*message.Message, pubs []published) ([]byte, error) {
+	encoded, err := encodeProduced(returned, pubs, d.m.config.MaxRecorded)
+	if err != nil {
+		d.fail("record")
+		return nil, fmt.Errorf("%w (key %q, consumer %q)", err, d.claim.Key, d.claim.Consumer)
+	}
+	return encoded, nil
 }
 
 // run runs the handler with sc in the message context and collects what it produced. A

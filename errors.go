@@ -44,6 +44,21 @@ var (
 	// published. Outside handlers, publish with WithPublishNow.
 	ErrNoHandlerContext = errors.New("inbox: no running inbox handler in the context")
 
+	// ErrRecordTooLarge is wrapped by the error for a message whose handler returned or
+	// published messages whose record (their UUIDs, metadata and payloads, encoded) is larger
+	// than Config.MaxRecorded. It is found before anything of the record is sent to the
+	// database: the claim's transaction rolls back (in write-behind mode nothing is sent), and
+	// nothing of what the handler returned or published leaves the process.
+	//
+	// It is an error of the message, not of the infrastructure: the handler produces the same
+	// output for every redelivery, so retrying cannot help, and a poison queue should take the
+	// message (middleware.PoisonQueue does; a filter that keeps only infrastructure errors out
+	// of it counts this one as the message's). What the team does about it: make the handler
+	// produce less (publish a reference to a large payload stored elsewhere, not the payload
+	// itself), or raise Config.MaxRecorded, on MySQL with the server's max_allowed_packet
+	// (docs/mysql.md), and send the message again from the poison queue.
+	ErrRecordTooLarge = errors.New("inbox: the messages the handler produced are too large to record")
+
 	// ErrNoPublisher is wrapped by the error for a duplicate whose committed run published
 	// messages through a Publisher when this inbox knows no Publisher yet (set
 	// Config.Publisher). The message is nacked, never acked without its messages.

@@ -104,6 +104,15 @@ type Config struct {
 	// duplicate fails with ErrNoPublisher.
 	Publisher *Publisher
 
+	// MaxRecorded is the largest record, in bytes, of the messages a handler returns or
+	// publishes through a Publisher: their UUIDs, metadata and payloads, encoded (base64 in
+	// JSON, about 4/3 of the raw bytes), which the middleware stores with the claim so that a
+	// duplicate can publish them again. A handler that produces more fails with an error
+	// wrapping ErrRecordTooLarge before anything of it is sent to the database. Default:
+	// DefaultMaxRecorded (4 MiB), which a MySQL request carries, hex-encoded, within the
+	// server's default max_allowed_packet (16 MiB on MariaDB). Negative is refused.
+	MaxRecorded int64
+
 	// MeterProvider receives the middleware's OpenTelemetry metrics, named in package
 	// inboxotel. Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
@@ -113,6 +122,9 @@ type Config struct {
 	// provider, otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 }
+
+// DefaultMaxRecorded is the default of Config.MaxRecorded.
+const DefaultMaxRecorded = 4 << 20 // 4 MiB
 
 // endTimeout bounds COMMIT and ROLLBACK, which run detached from the message context: a
 // subscriber that cancels the context while it closes must not fail the commit of a handler
@@ -126,6 +138,9 @@ func (c *Config) setDefaults() {
 	if c.Fingerprint == nil {
 		c.Fingerprint = PayloadSHA256
 	}
+	if c.MaxRecorded == 0 {
+		c.MaxRecorded = DefaultMaxRecorded
+	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
 	}
@@ -137,6 +152,9 @@ func (c *Config) setDefaults() {
 func (c Config) validate() error {
 	if c.OnFingerprintMismatch != RejectMismatch && c.OnFingerprintMismatch != AckMismatch {
 		return fmt.Errorf("inbox: unknown OnFingerprintMismatch policy %d", c.OnFingerprintMismatch)
+	}
+	if c.MaxRecorded < 0 {
+		return fmt.Errorf("inbox: negative MaxRecorded %d", c.MaxRecorded)
 	}
 	if c.Consumer != "" && c.ConsumerByHandler != nil {
 		return errors.New("inbox: set Consumer or ConsumerByHandler, not both")
