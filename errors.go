@@ -48,7 +48,9 @@ var (
 	// published messages whose record (their UUIDs, metadata and payloads, encoded) is larger
 	// than Config.MaxRecorded. It is found before anything of the record is sent to the
 	// database: the claim's transaction rolls back (in write-behind mode nothing is sent), and
-	// nothing of what the handler returned or published leaves the process.
+	// nothing of what the handler returned or published leaves the process. A store wraps it
+	// too, in the error for a record its database refused for its size, after the fact
+	// (package sqlinbox on MySQL, over max_allowed_packet): nothing was committed.
 	//
 	// It is an error of the message, not of the infrastructure: the handler produces the same
 	// output for every redelivery, so retrying cannot help, and a poison queue should take the

@@ -55,5 +55,5 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	if failed != failedUnknown && (failed < claimAt+1) {
 		return nil, &storeError{err} // BEGIN, the lock timeout or the claim
 	}
-	return nil, err
+	return nil, s.explainSize(ctx, statements, err)
 }
