@@ -154,7 +154,10 @@ func (d *delivery) run(h message.HandlerFunc, sc *scope, onPanic func()) (
 // handler run produced, unless its payload differs and the policy rejects that.
 func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 	d.outcome = "duplicate"
-	if d.claim.Fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(d.claim.Fingerprint, prior.Fingerprint) {
+	// A claim stored without a fingerprint does not match a copy that has one: otherwise a
+	// first message whose Fingerprint was nil (a fingerprint over a field it lacked, say)
+	// would turn the check off for its key. A copy without one compares nothing.
+	if d.claim.Fingerprint != nil && !bytes.Equal(d.claim.Fingerprint, prior.Fingerprint) {
 		d.m.metrics.mismatches.Add(d.ctx, 1, d.attrs.add...)
 		mismatch := &FingerprintMismatchError{Consumer: d.claim.Consumer, Key: d.claim.Key, Stored: prior.Fingerprint, Received: d.claim.Fingerprint}
 		if d.m.config.OnFingerprintMismatch == RejectMismatch {

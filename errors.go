@@ -73,13 +73,18 @@ var (
 type FingerprintMismatchError struct {
 	Consumer string
 	Key      string
-	// Stored is the fingerprint of the payload processed first; Received the new one's.
+	// Stored is the fingerprint of the payload processed first, nil if it was stored
+	// without one; Received the new one's, never nil.
 	Stored, Received []byte
 }
 
 func (e *FingerprintMismatchError) Error() string {
+	stored := "none"
+	if e.Stored != nil {
+		stored = hex.EncodeToString(e.Stored)
+	}
 	return fmt.Sprintf("inbox: key %q of consumer %q was processed with payload fingerprint %s, this copy has %s",
-		e.Key, e.Consumer, hex.EncodeToString(e.Stored), hex.EncodeToString(e.Received))
+		e.Key, e.Consumer, stored, hex.EncodeToString(e.Received))
 }
 
 // Is makes errors.Is(err, ErrFingerprintMismatch) true.

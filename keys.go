@@ -100,5 +100,12 @@ const (
 	// AckMismatch logs the *FingerprintMismatchError at error level and acks the message as
 	// a duplicate. Choose it when producers legitimately re-serialise a payload differently
 	// (a timestamp of sending inside it, say) and a key can be trusted alone.
+	//
+	// With a key the producer chooses (KeyFromMetadata: an order number), it lets whoever
+	// sends a key first own it: a message that reuses another's business key, by mistake or on
+	// purpose, is processed under it, and the real message is then acked without running,
+	// with the first one's recorded messages published again in its name. Under RejectMismatch
+	// the real message is nacked and shows; under AckMismatch only the error log shows it. Use
+	// it with such keys only when every producer of the topic is trusted.
 	AckMismatch
 )

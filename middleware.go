@@ -65,7 +65,12 @@ type Config struct {
 	Key func(*message.Message) (string, error)
 
 	// Fingerprint returns a fingerprint of the message, stored with the claim and compared
-	// when a duplicate arrives. Default: PayloadSHA256. Return nil to store and compare none.
+	// when a duplicate arrives. Default: PayloadSHA256. Return nil to store and compare none:
+	// a copy whose fingerprint is nil is not compared, but a copy with one does not match a
+	// claim stored without one (a mismatch, see OnFingerprintMismatch), so that a first
+	// message without a fingerprint cannot turn the check off for its key. A Fingerprint
+	// turned on for a consumer that had none makes the duplicates of its earlier claims
+	// mismatches until retention deletes them: use AckMismatch for that while.
 	Fingerprint func(*message.Message) []byte
 
 	// OnFingerprintMismatch is what happens to a duplicate whose fingerprint differs from the
