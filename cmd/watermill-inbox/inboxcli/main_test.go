@@ -115,16 +115,18 @@ func TestBadDSN(t *testing.T) {
 	testenv.MySQLDSN(t)
 	for _, tt := range []struct {
 		dsn, substr string
+		code        int // a malformed DSN is bad usage; one that does not connect, a failure
 	}{
-		{"postgres://postgres@127.0.0.1:1/test?connect_timeout=5", "connect to the postgres database"},
-		{"postgres://postgres@localhost:1/test?connect_timeout=5", "connect to the postgres database"},
-		{"postgres://postgres@127.0.0.1:5432/test?sslmode=bogus", "postgres"},
-		{"mysql://not a dsn", "bad MySQL DSN"},
-		{"mysql://root@tcp(127.0.0.1:1)/test", "connect to the mysql database"},
+		{"postgres://postgres@127.0.0.1:1/test?connect_timeout=5", "connect to the postgres database", exitFail},
+		{"postgres://postgres@localhost:1/test?connect_timeout=5", "connect to the postgres database", exitFail},
+		{"postgres://postgres@127.0.0.1:5432/test?sslmode=bogus", "bad PostgreSQL DSN", exitUsage},
+		{"postgres://[::1", "bad PostgreSQL DSN", exitUsage},
+		{"mysql://not a dsn", "bad MySQL DSN", exitUsage},
+		{"mysql://root@tcp(127.0.0.1:1)/test", "connect to the mysql database", exitFail},
 	} {
 		for _, command := range [][]string{{"migrate"}, {"stats"}, {"cleanup", "-older-than", "1d"}} {
 			args := append(command, "-dsn", tt.dsn)
-			wantError(t, args, exitFail, tt.substr)
+			wantError(t, args, tt.code, tt.substr)
 			// pgx lists each connection attempt (TLS, then plain text) with the same error.
 			if _, _, stderr := runCLI(t, args...); strings.Count(stderr, "refused") > 1 {
 				t.Errorf("%q: the error is repeated: %s", args, stderr)
@@ -586,5 +588,46 @@ func TestStatsEscapesConsumerNames(t *testing.T) {
 	}
 	if strings.Contains(stdout, "\nnext") {
 		t.Errorf("a consumer name broke a line:\n%s", stdout)
+	}
+}
+
+// No error line shows a DSN's password, whatever it holds (an unencoded "@" among others) and
+// whether the DSN parses or not, given by -dsn or INBOX_DSN.
+func TestErrorsNeverShowTheDSNsPassword(t *testing.T) {
+	for _, tt := range []struct {
+		dsn, password string
+		code          int
+	}{
+		{"postgres://alice:p@ssS3cret@127.0.0.1:1/test?sslmode=bogus", "p@ssS3cret", exitUsage},
+		{"postgres://alice:p@ss%zzS3cret@127.0.0.1:1/test", "p@ss%zzS3cret", exitUsage},
+		{"postgres://alice:p@ssS3cret@127.0.0.1:1/test?connect_timeout=5", "p@ssS3cret", exitFail},
+		{"postgres://alice:s3cr%40t!@127.0.0.1:1/test?sslmode=bogus", "s3cr@t!", exitUsage},
+		{"postgres://alice@127.0.0.1:1/test?password=Hunter2Secret&sslmode=bogus", "Hunter2Secret", exitUsage},
+		{"host=127.0.0.1 port=1 user=alice password='p@ss S3cret' sslmode=bogus", "S3cret", exitUsage},
+		{"mysql://alice:p@ssS3cret@tcp(127.0.0.1:1)/test?bogus=%zz", "p@ssS3cret", exitUsage},
+		{"mysql://alice:p@ssS3cret@tcp(127.0.0.1:1)/test", "p@ssS3cret", exitFail},
+	} {
+		dialect := []string{}
+		if !strings.Contains(tt.dsn, "://") {
+			dialect = []string{"-dialect", "postgres"}
+		}
+		for _, fromEnv := range []bool{false, true} {
+			args := append([]string{"stats"}, dialect...)
+			if fromEnv {
+				t.Setenv(dsnVar, tt.dsn)
+			} else {
+				t.Setenv(dsnVar, "")
+				args = append(args, "-dsn", tt.dsn)
+			}
+			code, _, stderr := runCLI(t, args...)
+			if code != tt.code {
+				t.Errorf("%q (from INBOX_DSN: %v): exit %d, want %d (stderr %q)", tt.dsn, fromEnv, code, tt.code, stderr)
+			}
+			for _, secret := range []string{tt.password, "S3cret", "ssS3cret"} {
+				if strings.Contains(tt.password, secret) && strings.Contains(stderr, secret) {
+					t.Errorf("%q: stderr shows %q: %s", tt.dsn, secret, stderr)
+				}
+			}
+		}
 	}
 }
