@@ -28,6 +28,9 @@ type delivery struct {
 
 	handler string
 	claim   Claim // what the message is claimed as; set by identify
+	// overran is set when the handler failed after its context's deadline (middleware.Timeout
+	// inside the inbox): its error is its own, whatever its statements were cut off with.
+	overran bool
 	attrs   *measurementOptions
 	begun   time.Time
 }
@@ -141,6 +144,7 @@ func (d *delivery) run(h message.HandlerFunc, sc *scope, onPanic func()) (
 		}
 	}()
 	returned, err = h(d.msg)
+	d.overran = err != nil && errors.Is(d.msg.Context().Err(), context.DeadlineExceeded)
 	queued, pubs = sc.end()
 	endSpan(span, err)
 	if err != nil {

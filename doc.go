@@ -116,14 +116,21 @@
 // Add the inbox inside middleware.Retry and middleware.PoisonQueue, with Recoverer between
 // Retry and the inbox, and middleware.Timeout inside the inbox, as above:
 //
-//	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+//	poisonQueue, err := middleware.PoisonQueueWithFilter(publisher, "orders_poison", inbox.Poisonous)
+//	...
+//	retry := middleware.Retry{MaxRetries: math.MaxInt32, InitialInterval: 50 * time.Millisecond,
+//		Multiplier: 1.5, MaxInterval: 2 * time.Second, ShouldRetry: inbox.ShouldRetry(3, logger), Logger: logger}
 //	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
 //		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
 //
 // so that every retry runs in a fresh transaction (with Retry inside, a failed attempt's
 // writes would commit together with the retry's), a panic is retried, and a message that
 // cannot be claimed, such as one without a UUID, ends in the poison queue instead of being
-// redelivered for ever. Timeout goes inside because it leaves its cancelled context on the
+// redelivered for ever. Poisonous and ShouldRetry tell the message's own failure, which goes
+// to the poison queue after 3 retries, from the infrastructure's (the database away, the
+// table refused, a deadlock), which is retried with a backoff of up to 2 s for as long as it
+// lasts, with no connection held between attempts. Call the store's CheckTable before
+// router.Run, so that a service on a table that cannot guard refuses to start. Timeout goes inside because it leaves its cancelled context on the
 // message, which the inbox replaces with the one it received: outside, every retry would fail
 // at once and PoisonQueue's publish would fail on publishers that honour the message context.
 // Do not combine the inbox with middleware.Deduplicator: it loses messages whose handler

@@ -52,10 +52,10 @@ var (
 	// too, in the error for a record its database refused for its size, after the fact
 	// (package sqlinbox on MySQL, over max_allowed_packet): nothing was committed.
 	//
-	// It is an error of the message, not of the infrastructure: the handler produces the same
-	// output for every redelivery, so retrying cannot help, and a poison queue should take the
-	// message (middleware.PoisonQueue does; a filter that keeps only infrastructure errors out
-	// of it counts this one as the message's). What the team does about it: make the handler
+	// It is an error of the message, not of the infrastructure, whatever the database did
+	// with the request ([Poisonous] reports true, a store's IsTransient false): the handler
+	// produces the same output for every redelivery, so retrying cannot help, and the poison
+	// queue takes the message. What the team does about it: make the handler
 	// produce less (publish a reference to a large payload stored elsewhere, not the payload
 	// itself), or raise Config.MaxRecorded, on MySQL with the server's max_allowed_packet
 	// (docs/mysql.md), and send the message again from the poison queue.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -49,7 +50,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	poisonQueue, err := middleware.PoisonQueue(pubSub, "orders_poison")
+	poisonQueue, err := middleware.PoisonQueueWithFilter(pubSub, "orders_poison", inbox.Poisonous)
 	if err != nil {
 		panic(err)
 	}
@@ -57,9 +58,16 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	retry := middleware.Retry{
+		MaxRetries:      math.MaxInt32, // no count: inbox.ShouldRetry decides when to stop
+		InitialInterval: 50 * time.Millisecond,
+		Multiplier:      1.5,
+		MaxInterval:     2 * time.Second,              // a database that is away is tried every 2 s
+		ShouldRetry:     inbox.ShouldRetry(3, logger), // the message's own failure: 3 retries, then the poison queue
+		Logger:          logger,                       // logs each failure it retries
+	}
 	router.AddMiddleware(
-		poisonQueue,                        // outermost: takes what every retry failed
+		poisonQueue,                        // outermost: takes the message's own failures, not the database's
 		retry.Middleware,                   // each attempt claims in a fresh transaction
 		middleware.Recoverer,               // a panic becomes an error that Retry retries
 		inboxMiddleware,                    // claim; handler; commit or roll back
@@ -77,6 +85,9 @@ func Example() {
 		_, err := tx.Exec(ctx, "INSERT INTO "+invoices+" (order_id) VALUES ($1)", string(msg.Payload))
 		return err
 	})
+	if err := store.CheckTable(ctx); err != nil { // refuse to start on a table or a driver that cannot work
+		panic(err)
+	}
 	go func() { _ = router.Run(ctx) }()
 	defer router.Close()
 	<-router.Running()
@@ -132,4 +143,17 @@ func ExampleKeyFromContext() {
 		return nil
 	}
 	_ = chargeCard
+}
+
+// The poison queue's filter: the message's own failure is poisonous; a cancelled delivery (the
+// router closing) is not, nor is an error the inbox middleware marked as its store's
+// infrastructure failure (a database away, a missing table, a deadlock).
+func ExamplePoisonous() {
+	fmt.Println(inbox.Poisonous(fmt.Errorf("decode order: %w", errors.New("unexpected end of JSON input"))))
+	fmt.Println(inbox.Poisonous(fmt.Errorf("publish: %w", context.Canceled)))
+	fmt.Println(inbox.Poisonous(nil))
+	// Output:
+	// true
+	// false
+	// false
 }

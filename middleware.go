@@ -190,9 +190,17 @@ func (c Config) validate() error {
 // middleware.PoisonQueue and middleware.Recoverer, and outside middleware.Timeout, whose
 // cancelled context the inbox keeps from reaching the middleware after it:
 //
-//	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+//	poisonQueue, err := middleware.PoisonQueueWithFilter(publisher, "orders_poison", inbox.Poisonous)
+//	...
+//	retry := middleware.Retry{MaxRetries: math.MaxInt32, InitialInterval: 50 * time.Millisecond,
+//		Multiplier: 1.5, MaxInterval: 2 * time.Second, ShouldRetry: inbox.ShouldRetry(3, logger), Logger: logger}
 //	router.AddMiddleware(poisonQueue, retry.Middleware, middleware.Recoverer,
 //		inboxMiddleware, middleware.Timeout(10*time.Second), middleware.CorrelationID)
+//
+// An error its store reports as a failure of the infrastructure (a store with an
+// IsTransient(err error) bool method, as sqlinbox's has) comes back marked so that
+// Poisonous reports false for it, for PoisonQueueWithFilter and Retry to tell it from the
+// message's own failure.
 //
 // It logs its consumer (or ConsumerByHandler's map) at info level, and each router
 // handler's consumer once, with its first message, so that a consumer set by accident
@@ -215,6 +223,9 @@ func NewMiddleware(store Store, config Config, logger watermill.LoggerAdapter) (
 	}
 	m := &middleware{store: store, config: config, logger: logger, metrics: metrics,
 		tracer: config.TracerProvider.Tracer(inboxotel.ScopeName)}
+	if t, ok := store.(interface{ IsTransient(err error) bool }); ok {
+		m.transient = t.IsTransient
+	}
 	if config.Publisher != nil {
 		if err := m.usePublisher(config.Publisher); err != nil {
 			return nil, err
@@ -232,6 +243,7 @@ type middleware struct {
 	tracer    trace.Tracer
 	publisher atomic.Pointer[Publisher] // the one this inbox publishes recorded messages through
 	handlers  sync.Map                  // the router handlers whose consumer was logged
+	transient func(error) bool          // the store's IsTransient; nil: it has none
 }
 
 func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
@@ -251,6 +263,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 			d.end(fmt.Errorf("panic: %v", recovered))
 			panic(recovered) // the router (or middleware.Recoverer) turns it into a nack
 		}
+		err = m.markInfrastructure(err, d.overran)
 		d.end(err)
 	}()
 	if err := d.identify(); err != nil {

@@ -32,7 +32,7 @@ func TestAHundredMegabyteRecordIsRefusedBeforeTheStore(t *testing.T) {
 		allocated := after.TotalAlloc - before.TotalAlloc
 		t.Logf("write-behind=%v: %d MiB allocated for a %d MiB payload", writeBehind, allocated>>20, size>>20)
 
-		if !errors.Is(err, inbox.ErrRecordTooLarge) || returned != nil {
+		if !errors.Is(err, inbox.ErrRecordTooLarge) || !inbox.Poisonous(err) || returned != nil {
 			t.Fatalf("write-behind=%v: %d messages, err = %v, want ErrRecordTooLarge", writeBehind, len(returned), err)
 		}
 		for _, want := range []string{"Config.MaxRecorded is 4194304", "max_allowed_packet", `key "order-1"`, `consumer "billing"`} {

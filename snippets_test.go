@@ -44,6 +44,8 @@ const snippetImports = `import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
+	"net/http"
 	"os"
 	"time"
 
@@ -57,6 +59,7 @@ const snippetImports = `import (
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/handlertest"
+	"github.com/inboxkit/watermill-inbox/inboxhttp"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 `

@@ -17,7 +17,8 @@ import (
 var (
 	recommendedStack = []string{"poisonQueue", "retry.Middleware", "middleware.Recoverer",
 		"inboxMiddleware", "middleware.Timeout(10*time.Second)", "middleware.CorrelationID"}
-	recommendedRetry = "middleware.Retry{MaxRetries:3,InitialInterval:100*time.Millisecond}"
+	recommendedRetry = "middleware.Retry{MaxRetries:math.MaxInt32,InitialInterval:50*time.Millisecond," +
+		"Multiplier:1.5,MaxInterval:2*time.Second,ShouldRetry:inbox.ShouldRetry(3,logger),Logger:logger}"
 )
 
 // stackShownIn are the files that must show the stack: the README's program, its page,
@@ -35,8 +36,9 @@ var stackShownIn = []string{
 // inbox, in code and in documentation (doc comments, README.md, docs/*.md, the programs
 // under examples/ but the e2e scenario, which tests broker redelivery with the inbox alone),
 // and fails for one that is not the recommended stack, for a Retry other than the
-// recommended one, for an inbox.Config that names no consumer, and for a file of
-// stackShownIn that shows no stack.
+// recommended one, for a poison queue without the inbox.Poisonous filter, for an
+// inbox.Config that names no consumer, for a file of stackShownIn that shows no stack and for
+// a program of it that does not call CheckTable.
 func TestRecommendedStackIsShownTheSameEverywhere(t *testing.T) {
 	files := []string{"README.md", "doc.go", "middleware.go", "example_test.go"}
 	pages, err := filepath.Glob("docs/*.md")
@@ -84,8 +86,17 @@ func TestRecommendedStackIsShownTheSameEverywhere(t *testing.T) {
 				t.Errorf("%s: %s names no consumer (Consumer or ConsumerByHandler)", file, strings.Join(strings.Fields(literal), " "))
 			}
 		}
+		// The poison queue takes the message's own failures only, never the database's.
+		for _, call := range callsIn(text, "middleware.PoisonQueue(") {
+			t.Errorf("%s: %s takes every failure, the database's too; want middleware.PoisonQueueWithFilter(..., inbox.Poisonous)", file, call)
+		}
+		for _, call := range callsIn(text, "middleware.PoisonQueueWithFilter(") {
+			if args, err := callArgs(call); err != nil || len(args) != 3 || args[2] != "inbox.Poisonous" {
+				t.Errorf("%s: %s, want inbox.Poisonous as its filter", file, call)
+			}
+		}
 		for _, literal := range callsIn(text, "middleware.Retry{") {
-			if got := strings.Join(strings.Fields(literal), ""); got != recommendedRetry {
+			if got := strings.ReplaceAll(strings.Join(strings.Fields(literal), ""), ",}", "}"); got != recommendedRetry {
 				t.Errorf("%s: %s, want the recommended %s", file, literal, recommendedRetry)
 			}
 		}
@@ -93,6 +104,12 @@ func TestRecommendedStackIsShownTheSameEverywhere(t *testing.T) {
 	for _, file := range stackShownIn {
 		if shown[file] == 0 {
 			t.Errorf("%s shows no recommended stack", file)
+		}
+		// A program refuses to start on a table or a driver that cannot work.
+		if strings.HasSuffix(file, "main.go") || file == "README.md" || file == "example_test.go" {
+			if !strings.Contains(readFile(t, file), ".CheckTable(ctx)") {
+				t.Errorf("%s: no store.CheckTable(ctx) before the router runs", file)
+			}
 		}
 	}
 	t.Logf("the recommended stack, shown in %d files: %v", len(shown), shown)

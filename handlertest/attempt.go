@@ -9,18 +9,18 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// ErrInjected is wrapped by the error of every statement and COMMIT the kit fails on
+// ErrInjected is wrapped by the error of every statement and COMMIT handlertest fails on
 // purpose, and is the value of the panic it injects: a handler sees it where the database's
 // error would be.
 var ErrInjected = errors.New("handlertest: injected failure")
 
-// ErrUsedAfterReturn is wrapped by the error the kit's transaction handles return to a call
+// ErrUsedAfterReturn is wrapped by the error handlertest's transaction handles return to a call
 // made after the handler returned (from a goroutine the handler started, say). The call is
 // not sent to the database: in production it would either join the transaction by luck of
 // timing or fail, and neither is what the handler meant.
 var ErrUsedAfterReturn = errors.New("handlertest: the inbox transaction was used after the handler returned")
 
-// failingSQL replaces a statement the kit fails inside the store (a queued statement, the
+// failingSQL replaces a statement handlertest fails inside the store (a queued statement, the
 // extra statement of a failed write-behind COMMIT): a syntax error on every database, so the
 // real database refuses it and rolls the transaction back.
 const failingSQL = "handlertest_injected_failure"
@@ -88,8 +88,8 @@ func attemptFrom(ctx context.Context) (*attempt, bool) {
 	return a, ok
 }
 
-// attempt is one delivery of the message: what the kit injects into it and what it saw.
-// The kit's store, transaction handles and driver connections update it as the delivery
+// attempt is one delivery of the message: what handlertest injects into it and what it saw.
+// The package's store, transaction handles and driver connections update it as the delivery
 // goes; a goroutine the handler left may too, hence the lock.
 type attempt struct {
 	label  string // "attempt 1", "copy 2", ...
@@ -139,7 +139,7 @@ func (a *attempt) claiming() {
 	}
 }
 
-// verdict is what the kit does with a call through the inbox transaction.
+// verdict is what handlertest does with a call through the inbox transaction.
 type verdict int
 
 const (
@@ -148,7 +148,7 @@ const (
 	late                  // refuse it: the handler returned
 )
 
-// handleUse decides a call through the kit's own transaction handle (the pgx.Tx the handler
+// handleUse decides a call through handlertest's own transaction handle (the pgx.Tx the handler
 // gets), which only the handler uses: every use after it returned is late.
 func (a *attempt) handleUse(what string) (verdict, error) {
 	a.mu.Lock()

@@ -9,25 +9,25 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// Case is one handler under test and what the kit needs around it. Every field is required.
+// Case is one handler under test and what handlertest needs around it. Every field is required.
 type Case struct {
 	// Handler is the handler under test, as it is registered behind the inbox middleware.
-	// The kit runs it behind inbox.NewMiddleware itself, outside any router.
+	// The package runs it behind [inbox.NewMiddleware] itself, outside any router.
 	Handler message.HandlerFunc
 
 	// Store is the inbox store, on the real database the handler writes to. A pgx store
-	// (sqlinbox.NewPgx) needs nothing more: the kit hands the handler a pgx.Tx of its own
+	// (sqlinbox.NewPgx) needs nothing more: handlertest hands the handler a pgx.Tx of its own
 	// that counts and fails statements. A database/sql store (sqlinbox.NewDB,
 	// sqlinbox.NewMultiStatement) must run on a *sql.DB opened with [OpenDB] or on
-	// [Connector], and so must the handler's repositories: the kit counts and fails
+	// [Connector], and so must the handler's repositories: handlertest counts and fails
 	// statements in those connections, and checks that it sees them before any delivery.
-	// The kit redelivers a nack that the store's IsTransient(err) bool method reports
+	// The package redelivers a nack that the store's IsTransient(err) bool method reports
 	// transient (a deadlock, a lock timeout, a busy database), as a production stack retries
 	// it; a store without that method gets no redelivery.
 	Store inbox.Store
 
 	// Config is the middleware's configuration, as in production (WriteBehind, Key,
-	// Publisher, ...), with two changes the kit makes and logs: each scenario claims under a
+	// Publisher, ...), with two changes handlertest makes and logs: each scenario claims under a
 	// consumer of its own, Config.Consumer (or "handlertest" if it is empty) followed by
 	// "/handlertest-<run>/<scenario>", so that the message is new to the inbox in each; and
 	// ConsumerByHandler is not used, since it needs a router's handler name.
@@ -41,12 +41,12 @@ type Case struct {
 	// Snapshot reads the business state the handler changes (rows of its tables, say) and
 	// returns it as a value that reflect.DeepEqual compares: leave out what differs between
 	// two runs of the same delivery (generated IDs, timestamps). It reads through the pool,
-	// outside any inbox transaction. The kit reports a difference as paths, such as
+	// outside any inbox transaction. The package reports a difference as paths, such as
 	// "Invoices: 2 rows, want 1".
 	Snapshot func(ctx context.Context) (any, error)
 
 	// Reset restores the business state of before any delivery (DELETE FROM the handler's
-	// tables, say); the kit calls it before every scenario and every injected failure, and
+	// tables, say); handlertest calls it before every scenario and every injected failure, and
 	// checks that Snapshot then reads what it read before the first delivery. It need not
 	// touch the inbox table: each scenario claims under a consumer of its own.
 	Reset func(ctx context.Context) error
@@ -56,15 +56,15 @@ type Case struct {
 // Options.
 type Options struct {
 	// Recorder is the publisher that Config.Publisher wraps (inbox.NewPublisher(recorder)),
-	// which the handler, or its cqrs buses, publish through: the kit then checks what the
+	// which the handler, or its cqrs buses, publish through: handlertest then checks what the
 	// handler publishes, and that it all reaches the Recorder. No assertion is made on
-	// published messages if left nil: the kit checks only the messages the handler returns.
+	// published messages if left nil: handlertest checks only the messages the handler returns.
 	Recorder *Recorder
 
 	// Probe returns every idempotency key that the handler's fakes of systems outside the
 	// database (a payment client, say) were called with, in order; "" for a call without
 	// one. The External scenario checks that every call, in every attempt, passed
-	// inbox.KeyFromContext's key. A handler that makes no call for this message passes (the
+	// [inbox.KeyFromContext]'s key. A handler that makes no call for this message passes (the
 	// kit logs it). No assertion is made on external calls if left nil.
 	Probe func() []string
 
@@ -73,7 +73,7 @@ type Options struct {
 	// stops. Zero: 10 s.
 	Deadline time.Duration
 
-	// Seed orders the start of the concurrent copies, the one random choice the kit makes;
+	// Seed orders the start of the concurrent copies, the one random choice handlertest makes;
 	// Result.Seed and every report give it, to run the same order again. Zero: a seed from
 	// the clock.
 	Seed uint64

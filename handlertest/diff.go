@@ -13,7 +13,7 @@ const maxDifferences = 12
 
 // differences describes how got differs from want, one line per path, such as
 // "Invoices: 2 rows, want 1" or "Balances[acct-1]: 12, want 10"; nil when they are
-// reflect.DeepEqual. It reads unexported fields through reflect, and never writes.
+// [reflect.DeepEqual]. It reads unexported fields through reflect, and never writes.
 func differences(got, want any) []string {
 	if reflect.DeepEqual(got, want) {
 		return nil
@@ -184,7 +184,7 @@ func sortedKeys(maps ...reflect.Value) []reflect.Value {
 	return keys
 }
 
-// show formats a value for a report; fmt prints a reflect.Value as the value it holds,
+// show formats a value for a report; fmt prints a [reflect.Value] as the value it holds,
 // unexported fields included.
 func show(v reflect.Value) string {
 	if !v.IsValid() {
@@ -196,7 +196,7 @@ func show(v reflect.Value) string {
 	return fmt.Sprintf("%+v", v)
 }
 
-// equal is reflect.DeepEqual on reflect.Values, which may come from unexported fields
+// equal is [reflect.DeepEqual] on [reflect.Value] values, which may come from unexported fields
 // (whose Interface reflect refuses).
 func equal(a, b reflect.Value, depth int) bool {
 	if !a.IsValid() || !b.IsValid() {

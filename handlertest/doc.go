@@ -112,9 +112,9 @@
 //
 // # How failures are injected
 //
-// On a pgx store the handler gets a pgx.Tx of the kit's own over the store's: it counts
+// On a pgx store the handler gets a pgx.Tx of handlertest's own over the store's: it counts
 // Exec, Query, QueryRow, SendBatch (one statement per batch), CopyFrom and Begin, and fails
-// the injected one without sending it. On a database/sql store the kit works one level
+// the injected one without sending it. On a database/sql store handlertest works one level
 // down, in the connections of a *sql.DB opened with [OpenDB] or on [Connector]: the store and
 // the handler's repositories must run on that *sql.DB, and every data layer over *sql.Tx
 // (GORM, sqlx, ent, bun) is seen there too. Statements queued with inbox.ExecAtCommit, and in
@@ -122,22 +122,22 @@
 // database refuses, so the real database rolls back. A failed COMMIT rolls the real
 // transaction back and returns an error wrapping [ErrInjected].
 //
-// # What the kit cannot see
+// # What handlertest cannot see
 //
 // A goroutine that the handler starts and that writes after the handler returned is seen
-// when its write is done by the time the kit looks, and the kit looks after every delivery's
+// when its write is done by the time handlertest looks, and handlertest looks after every delivery's
 // snapshot, after every Reset and when the run ends: a use of the inbox transaction after
 // the handler returned is refused and recorded when it happens ([ErrUsedAfterReturn]); on
 // database/sql a statement with the message's context on another connection is recorded
 // too; on pgx a write through the pool shows only in the state it leaves (rows that a
 // second Reset removes are blamed on such a goroutine, not on the Reset). A goroutine slower
-// than that is not seen: the kit cannot wait for goroutines it does not know. On
+// than that is not seen: handlertest cannot wait for goroutines it does not know. On
 // database/sql, a use of the *sql.Tx after the middleware ended it is refused by
-// database/sql itself (sql.ErrTxDone) and never reaches the kit. Statements sent through
-// pgx.Tx.Conn() or LargeObjects() bypass the kit's count. A message sent with a broker's
-// publisher directly never passes the inbox nor the Recorder, and the kit cannot see it;
-// what goes through an inbox.Publisher is recorded with the claim, and the kit reports what
-// of it never reached the Recorder. A Probe that saw no call is not a failure: the kit
+// database/sql itself (sql.ErrTxDone) and never reaches handlertest. Statements sent through
+// pgx.Tx.Conn() or LargeObjects() bypass handlertest's count. A message sent with a broker's
+// publisher directly never passes the inbox nor the Recorder, and handlertest cannot see it;
+// what goes through an inbox.Publisher is recorded with the claim, and handlertest reports what
+// of it never reached the Recorder. A Probe that saw no call is not a failure: handlertest
 // cannot tell a message that needs no external call from a fake the handler does not call,
 // and logs it.
 package handlertest

@@ -12,26 +12,26 @@ import (
 	"github.com/inboxkit/watermill-inbox/internal/txmark"
 )
 
-// Connector wraps a database/sql connector so that the kit can count and fail the
-// handler's statements on the inbox transaction of a database/sql store: open the *sql.DB
+// Connector wraps a database/sql connector so that handlertest can count and fail the
+// handler's statements on the inbox transaction of a database/sql store: open the [*sql.DB]
 // of the store, and of the handler's repositories, with sql.OpenDB(handlertest.Connector(c)).
-// Outside a delivery of the kit its connections forward every call unchanged.
+// Outside a delivery of handlertest its connections forward every call unchanged.
 //
-// *sql.Tx is a concrete type the kit cannot hand out a wrapper of, so it works one level
+// [*sql.Tx] is a concrete type handlertest cannot hand out a wrapper of, so it works one level
 // down: the connection on which the store claims a delivery's message carries that
 // delivery's inbox transaction; while the handler runs, each statement on it is counted and
 // the injected one fails without reaching the database; after the handler returned, and
 // before the store ends the transaction, a statement on it is refused (ErrUsedAfterReturn);
 // statements with the message's context on other connections are noted as writes outside
-// the inbox transaction. Every data layer over *sql.Tx (GORM, sqlx, ent, bun) reaches the
-// same connection, so the kit sees their statements too.
+// the inbox transaction. Every data layer over [*sql.Tx] (GORM, sqlx, ent, bun) reaches the
+// same connection, so handlertest sees their statements too.
 //
 // For sqlinbox.NewMultiStatement, give it the driver's connector wrapped with Connector:
 // sqlinbox.NewMultiStatement(handlertest.Connector(c), sqlinbox.MySQL(), config).
 func Connector(c driver.Connector) driver.Connector { return &connector{inner: c} }
 
-// OpenDB opens a *sql.DB on the database/sql driver registered as driverName (for drivers
-// used with sql.Open, such as modernc.org/sqlite's "sqlite" or pgx's "pgx"), with its
+// OpenDB opens a [*sql.DB] on the database/sql driver registered as driverName (for drivers
+// used with [sql.Open], such as modernc.org/sqlite's "sqlite" or pgx's "pgx"), with its
 // connections wrapped as Connector wraps them.
 func OpenDB(driverName, dsn string) (*sql.DB, error) {
 	probe, err := sql.Open(driverName, dsn)
@@ -49,8 +49,8 @@ func OpenDB(driverName, dsn string) (*sql.DB, error) {
 	return sql.OpenDB(Connector(c)), nil
 }
 
-// dsnConnector is the connector of a driver without driver.DriverContext, as database/sql
-// builds it for sql.Open.
+// dsnConnector is the connector of a driver without [driver.DriverContext], as database/sql
+// builds it for [sql.Open].
 type dsnConnector struct {
 	driver driver.Driver
 	dsn    string
@@ -71,7 +71,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 
 func (c *connector) Driver() driver.Driver { return hookedDriver{c.inner.Driver()} }
 
-// Close closes the wrapped connector if it has a Close; sql.DB.Close calls it.
+// Close closes the wrapped connector if it has a Close; [sql.DB.Close] calls it.
 func (c *connector) Close() error {
 	if closer, ok := c.inner.(io.Closer); ok {
 		return closer.Close()
@@ -90,7 +90,7 @@ func (d hookedDriver) Open(name string) (driver.Conn, error) {
 }
 
 // conn is one connection of Connector. database/sql uses a connection from one goroutine
-// at a time; the lock is for the attempt it carries, which the kit reads from elsewhere.
+// at a time; the lock is for the attempt it carries, which handlertest reads from elsewhere.
 type conn struct {
 	inner driver.Conn
 
@@ -138,7 +138,7 @@ func (c *conn) gate(ctx context.Context, query string) (n int, err error) {
 
 // after releases the connection's attempt once a request the store marked as the end of
 // its transaction succeeded (a multi-statement store ends its transactions with such
-// requests, not through driver.Tx).
+// requests, not through [driver.Tx]).
 func (c *conn) after(ctx context.Context, n int, err error) {
 	if errors.Is(err, driver.ErrSkip) && n > 0 {
 		if a := c.carrier(context.Background(), false); a != nil {
@@ -173,7 +173,7 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 
 func (c *conn) Close() error { return c.inner.Close() }
 
-// Begin implements driver.Conn; database/sql calls BeginTx.
+// Begin implements [driver.Conn]; database/sql calls BeginTx.
 func (c *conn) Begin() (driver.Tx, error) { return c.BeginTx(context.Background(), driver.TxOptions{}) }
 
 func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
@@ -251,7 +251,7 @@ func (c *conn) IsValid() bool {
 }
 
 // connTx is the driver's transaction on a conn: its end releases the conn's attempt, and
-// an end the handler asked for (*sql.Tx's Commit or Rollback) is recorded.
+// an end the handler asked for ([*sql.Tx]'s Commit or Rollback) is recorded.
 type connTx struct {
 	inner driver.Tx
 	c     *conn

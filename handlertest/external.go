@@ -80,7 +80,7 @@ func (s *session) external(b *baseline) {
 	}
 	if total == 0 {
 		// A handler whose external call depends on the message makes none for this one; a
-		// Probe on a fake the handler does not call looks the same, so the kit says so and
+		// Probe on a fake the handler does not call looks the same, so handlertest says so and
 		// passes.
 		labels := make([]string, len(calls))
 		for i, c := range calls {

@@ -6,7 +6,7 @@ import (
 )
 
 // A goroutine that the handler starts and that writes after the handler returned is the one
-// bug whose evidence comes late: its write lands whenever it lands. The kit keeps every
+// bug whose evidence comes late: its write lands whenever it lands. The package keeps every
 // attempt, and reports what it saw of such a goroutine as soon as it looks again, before
 // it blames anything else (a Reset, say) for the state the write left.
 
@@ -18,7 +18,7 @@ func (s *session) track(a *attempt) {
 }
 
 // reportLate reports what the reference delivery's attempts did after their handler
-// returned and was not reported yet: uses of the inbox transaction, which the kit refused,
+// returned and was not reported yet: uses of the inbox transaction, which handlertest refused,
 // and statements with the message's context on other connections (database/sql). It
 // returns whether it reported anything.
 func (s *session) reportLate() bool {

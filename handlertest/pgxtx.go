@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// pgxTx is the pgx.Tx the handler gets from inbox.TxFromContext on a pgx store: the store's
+// pgxTx is the [pgx.Tx] the handler gets from inbox.TxFromContext on a pgx store: the store's
 // transaction, counting the handler's statements, failing the one the attempt injects
 // without sending it, and refusing every use after the handler returned. A statement sent
 // through Conn() or LargeObjects() bypasses it.

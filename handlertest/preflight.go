@@ -7,12 +7,12 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// followsStore checks, before any delivery, that the kit can follow the store's
+// followsStore checks, before any delivery, that handlertest can follow the store's
 // transactions: it claims a key of its own under a consumer of its own and rolls the claim
-// back. The handler must get a pgx.Tx, which the kit wraps, or a transaction on a *sql.DB
+// back. The handler must get a pgx.Tx, which handlertest wraps, or a transaction on a *sql.DB
 // opened with OpenDB or on Connector (a *sql.Tx, or a data layer's over one,
-// sqlinbox.Config.Begin), whose connection the kit sees. In write-behind mode the handler
-// gets no transaction, and the kit fails statements inside the store: nothing to check.
+// sqlinbox.Config.Begin), whose connection handlertest sees. In write-behind mode the handler
+// gets no transaction, and handlertest fails statements inside the store: nothing to check.
 func (s *session) followsStore() bool {
 	s.t.Helper()
 	if s.writeBehind() {
@@ -27,7 +27,7 @@ func (s *session) followsStore() bool {
 		return false
 	}
 	if prior != nil || tx == nil {
-		return true // a key of the kit's own, never claimed: a store that says otherwise is checked by the scenarios
+		return true // a key of handlertest's own, never claimed: a store that says otherwise is checked by the scenarios
 	}
 	v := a.view()
 	rollbackErr := tx.Rollback(withAttempt(ctx, a))

@@ -7,7 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// Recorder is a message.Publisher that keeps what it is given, in order, for the kit to see
+// Recorder is a [message.Publisher] that keeps what it is given, in order, for handlertest to see
 // what a handler publishes. Wrap it with inbox.NewPublisher and set the result as the
 // Case's Config.Publisher (and give it to the handler, or to its cqrs buses, as production
 // gives them the broker's inbox.Publisher); set the Recorder itself as Options.Recorder. It

@@ -5,7 +5,7 @@ import "strings"
 // Result is what a run found. Each of its Problems was also reported with t.Errorf, in the
 // same words (Problem.String, followed by the run and the seed).
 type Result struct {
-	// Problems are what the kit found wrong, in the order it found them; none for a handler
+	// Problems are what handlertest found wrong, in the order it found them; none for a handler
 	// that passed.
 	Problems []Problem
 
@@ -19,14 +19,14 @@ type Result struct {
 	Seed uint64
 }
 
-// Problem is one thing the kit found wrong, in parts a test or a CI dashboard can tell apart.
+// Problem is one thing handlertest found wrong, in parts a test or a CI dashboard can tell apart.
 type Problem struct {
 	// Scenario is the scenario that found it: "reference", "copies", "concurrent",
 	// "failures" or "external"; "" for a problem of the input, found before any delivery
-	// (a field missing, a store whose transactions the kit cannot follow).
+	// (a field missing, a store whose transactions handlertest cannot follow).
 	Scenario string
 
-	// Step is the failure the kit injected, such as "COMMIT fails" or "statement 2 of 3
+	// Step is the failure handlertest injected, such as "COMMIT fails" or "statement 2 of 3
 	// fails (INSERT ...)"; "" where it injected none.
 	Step string
 
@@ -34,7 +34,7 @@ type Problem struct {
 	// redelivery)" or "copy 2 of 3"; "" for what the scenario saw as a whole.
 	Attempt string
 
-	// What is what the kit saw, in one sentence.
+	// What is what handlertest saw, in one sentence.
 	What string
 
 	// Details are the lines that go with What: the difference of the snapshot as paths
@@ -42,12 +42,12 @@ type Problem struct {
 	// refused, the copies in flight; nil where there are none.
 	Details []string
 
-	// Cause is the probable cause, with what the kit saw that points to it; "" where the
+	// Cause is the probable cause, with what handlertest saw that points to it; "" where the
 	// kit has no guess.
 	Cause string
 }
 
-// String is the problem as the kit reports it:
+// String is the problem as handlertest reports it:
 //
 //	handlertest: SCENARIO (STEP), ATTEMPT: WHAT
 //		DETAIL...

@@ -12,7 +12,7 @@ import (
 // hangs or the end of ctx. opts may be nil.
 //
 // Each problem is reported with t.Errorf and returned in the Result. Of t, Run calls only
-// Helper, Errorf and Logf, never Fatal or FailNow: it always returns, and a testing.TB that
+// Helper, Errorf and Logf, never Fatal or FailNow: it always returns, and a [testing.TB] that
 // embeds the test's and overrides Errorf keeps the reports instead of failing the test.
 func Run(ctx context.Context, t testing.TB, c Case, opts *Options) Result {
 	t.Helper()

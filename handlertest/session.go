@@ -18,7 +18,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
-// tb is the part of testing.TB the kit calls.
+// tb is the part of testing.TB handlertest calls.
 type tb interface {
 	Helper()
 	Errorf(format string, args ...any)
@@ -290,7 +290,7 @@ func (s *session) reset(scenario, step string) (any, bool) {
 
 // resetTo calls Case.Reset and checks that Snapshot then reads the state of before the
 // first delivery. Rows that a second Reset removes were written between Reset and
-// Snapshot, by a goroutine of an earlier delivery: the kit names it, not the Reset, and
+// Snapshot, by a goroutine of an earlier delivery: handlertest names it, not the Reset, and
 // goes on from the state the second Reset left.
 func (s *session) resetTo(scenario, step string, b *baseline) bool {
 	s.t.Helper()

@@ -11,15 +11,15 @@ import (
 )
 
 // store wraps the team's store: it follows each attempt (found in the context) through the
-// claim and the commit, hands the handler a counting pgx.Tx, and injects the failures that
+// claim and the commit, hands the handler a counting [pgx.Tx], and injects the failures that
 // happen inside the store (COMMIT, queued statements, write-behind statements).
 //
 // It is a comparable value holding nothing but the inner store, so that every session built
-// on one Case has an equal store: an inbox.Publisher is bound to the store of the first
+// on one Case has an equal store: an [inbox.Publisher] is bound to the store of the first
 // middleware it publishes for, and the same Case may be run by several scenario calls.
 type store struct{ inner inbox.Store }
 
-// writeBehindStore is store for an inner store that implements inbox.WriteBehindStore;
+// writeBehindStore is store for an inner store that implements [inbox.WriteBehindStore];
 // the middleware then uses ClaimAndCommit, as it does with the inner store.
 type writeBehindStore struct{ store }
 

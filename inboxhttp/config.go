@@ -55,7 +55,7 @@ type Config struct {
 	ReplayHeaders []string
 
 	// RetryAfter is the Retry-After, in seconds, of a 503 for a database that is not
-	// available (see the store's IsTransient). Default: DefaultRetryAfter (1).
+	// available (an error inbox.Poisonous reports false for). Default: DefaultRetryAfter (1).
 	RetryAfter int
 
 	// WriteBehind, Publisher, MeterProvider and TracerProvider are inbox.Config's.

@@ -68,16 +68,12 @@ func New(store inbox.Store, config Config, logger watermill.LoggerAdapter) (func
 		return nil, err
 	}
 	m := &middleware{config: config, mw: mw, inFlight: map[string]bool{}}
-	if t, ok := store.(interface{ IsTransient(error) bool }); ok {
-		m.transient = t.IsTransient
-	}
 	return m.wrap, nil
 }
 
 type middleware struct {
-	config    Config
-	mw        message.HandlerMiddleware
-	transient func(error) bool // the store's; nil: none is known
+	config Config
+	mw     message.HandlerMiddleware
 
 	mu       sync.Mutex
 	inFlight map[string]bool // keys of this process's requests being handled
@@ -208,7 +204,7 @@ func (m *middleware) fail(w http.ResponseWriter, err error) {
 		problemMismatch.write(w, "the key was first used with another method, path or body; use a new key for a new operation", 0)
 	case errors.Is(err, inbox.ErrInvalidKey):
 		problemBadKey.write(w, err.Error(), 0)
-	case m.transient != nil && m.transient(err):
+	case !inbox.Poisonous(err): // the infrastructure's, as the inbox middleware marked it
 		problemUnavailable.write(w, "the database is not available", m.config.RetryAfter)
 	default:
 		problemFailed.write(w, "", 0)

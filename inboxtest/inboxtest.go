@@ -1,4 +1,4 @@
-// Package inboxtest is the conformance suite for inbox.Store implementations: every case
+// Package inboxtest is the conformance suite for [inbox.Store] implementations: every case
 // runs the inbox middleware on a store against a real database and checks what the database
 // holds afterwards (claims, business rows) and which deliveries were acked or nacked.
 //
@@ -11,7 +11,7 @@
 //
 // The harness reaches the database for the suite (Harness.Direct, Harness.InTx), so this
 // package imports no database driver. Options.Config runs the suite with middleware options,
-// write-behind mode (inbox.Config.WriteBehind) among them.
+// write-behind mode ([inbox.Config.WriteBehind]) among them.
 package inboxtest
 
 import (
@@ -30,7 +30,7 @@ type Harness struct {
 	// Table is the inbox table, as the suite's own SQL writes it.
 	Table string
 	// Business is a table with the columns consumer and msg_key (text, at least
-	// inbox.MaxKeyLength bytes) and no unique key, so that a message processed twice shows
+	// [inbox.MaxKeyLength] bytes) and no unique key, so that a message processed twice shows
 	// up as two rows. The suite's handlers write one row per message into it.
 	Business string
 
@@ -38,10 +38,10 @@ type Harness struct {
 	// cuts).
 	Direct Runner
 	// InTx reaches the database through the transaction in a handler's context
-	// (inbox.TxFromContext); ok is false if there is none.
+	// ([inbox.TxFromContext]); ok is false if there is none.
 	InTx func(ctx context.Context) (r Runner, ok bool)
 	// Placeholders rewrites a statement written with ? placeholders into the driver's style,
-	// for statements the suite queues with inbox.ExecAtCommit (DollarPlaceholders for PostgreSQL).
+	// for statements the suite queues with [inbox.ExecAtCommit] (DollarPlaceholders for PostgreSQL).
 	// Nil: ? is the driver's style.
 	Placeholders func(query string) string
 
@@ -54,7 +54,7 @@ type Harness struct {
 	// inside a handler (a deferred constraint that the handler violates, the connection
 	// killed before COMMIT, ...). At least one is required, except in write-behind mode.
 	CommitFaults map[string]func(ctx context.Context) error
-	// DeferredCommitFaults each make COMMIT fail when deferred with inbox.ExecAtCommit
+	// DeferredCommitFaults each make COMMIT fail when deferred with [inbox.ExecAtCommit]
 	// (written with ? placeholders): write-behind mode's handlers have no transaction to run
 	// CommitFaults in. Nil: write-behind mode does not test failed commits.
 	DeferredCommitFaults map[string]inbox.Statement
@@ -82,12 +82,12 @@ type Runner interface {
 type Options struct {
 	// Config is the middleware configuration of every handler the suite builds; the suite
 	// sets Consumer itself and keeps the default Key (msg.UUID). With WriteBehind set, the
-	// handlers write with inbox.ExecAtCommit instead of through the transaction, and the suite
+	// handlers write with [inbox.ExecAtCommit] instead of through the transaction, and the suite
 	// checks what was committed rather than how often a handler ran (in write-behind mode a
 	// handler also runs for a duplicate; only its effects are dropped).
 	Config inbox.Config
 
-	// ExecAtCommit makes the handlers write with inbox.ExecAtCommit in the claim-first mode
+	// ExecAtCommit makes the handlers write with [inbox.ExecAtCommit] in the claim-first mode
 	// too (they still get the transaction, and read through it), so that the store's commit
 	// carries the statements; the deferred commit faults then run in that mode as well.
 	ExecAtCommit bool

@@ -20,7 +20,7 @@ type suite struct {
 
 func (s *suite) writeBehind() bool { return s.options.Config.WriteBehind }
 
-// queues reports whether the handlers write with inbox.ExecAtCommit.
+// queues reports whether the handlers write with [inbox.ExecAtCommit].
 func (s *suite) queues() bool { return s.writeBehind() || s.options.ExecAtCommit }
 
 func (s *suite) placeholders(query string) string {
@@ -59,7 +59,7 @@ func (r *recorder) counts(key string) (runs, failed int) {
 }
 
 // handler returns the inbox-wrapped handler for consumer that writes one business row per
-// message: through the transaction, or queued with inbox.ExecAtCommit in write-behind mode. after,
+// message: through the transaction, or queued with [inbox.ExecAtCommit] in write-behind mode. after,
 // if set, runs once the row is written.
 func (s *suite) handler(t *testing.T, consumer string, rec *recorder, logger watermill.LoggerAdapter,
 	after func(msg *message.Message) error,

@@ -92,6 +92,11 @@ func testRecordOverMaxAllowedPacket(t *testing.T, params string, multi, writeBeh
 		t.Fatalf("a record of %d bytes over a max_allowed_packet of %d: err = %v, want ErrRecordTooLarge naming the limit and the MaxRecorded to set",
 			limit/2+(64<<10), limit, err)
 	}
+	// The message's failure, not the database's, though the server reset the connection: a
+	// poison queue takes it instead of retrying it for ever.
+	if store.IsTransient(err) || !inbox.Poisonous(err) {
+		t.Errorf("IsTransient = %v, Poisonous = %v; want the message's failure: %v", store.IsTransient(err), inbox.Poisonous(err), err)
+	}
 	if n := countRows(t, direct, "SELECT COUNT(*) FROM "+table); n != 0 {
 		t.Errorf("%d claims committed, want none", n)
 	}

@@ -48,7 +48,7 @@ func startRouter(t *testing.T, b *backend, stack stacking) *routerRun {
 		t.Fatal(err)
 	}
 	retry := middleware.Retry{MaxRetries: 3, InitialInterval: time.Millisecond, Multiplier: 1}
-	poisonMW, err := middleware.PoisonQueue(r.pubSub, "orders_poison")
+	poisonMW, err := middleware.PoisonQueueWithFilter(r.pubSub, "orders_poison", inbox.Poisonous)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// The README's order: PoisonQueue, then Retry, then the inbox innermost, so that every retry
+// The README's order: the poison queue, then Retry, then the inbox innermost, so that every retry
 // runs in a fresh transaction and a message that cannot be claimed ends in the poison queue.
 func TestRouterRecommendedMiddlewareOrder(t *testing.T) {
 	for _, name := range []string{"pgx/postgres", "database-sql/sqlite"} {

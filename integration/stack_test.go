@@ -42,14 +42,17 @@ const (
 
 var errStackInjected = errors.New("injected: payment service unavailable")
 
-// stackRetries is Retry.MaxRetries: a message gets 1+stackRetries attempts per delivery.
-const stackRetries = 4
+// stackRetries is the recommended inbox.ShouldRetry's count, and the fixed MaxRetries of the
+// plain Retry: a message that fails on its own gets 1+stackRetries attempts per delivery.
+const stackRetries = poisonRetries
 
 // stackMiddlewares are the middlewares a stack is built from, each configured once.
 type stackMiddlewares struct {
 	poison, retry, recoverer, timeout, correlation, inbox message.HandlerMiddleware
-	// retryResettingContext is Retry with ResetContextOnRetry; retry has Watermill's default.
-	retryResettingContext message.HandlerMiddleware
+	// fixedRetry is a Retry of stackRetries retries whatever failed, with Watermill's default
+	// context handling, and retryResettingContext the same with ResetContextOnRetry: what
+	// the stacks in the wrong order are shown with.
+	fixedRetry, retryResettingContext message.HandlerMiddleware
 }
 
 // recommendedStack is the order the README recommends, outermost first.
@@ -130,15 +133,16 @@ func startStack(t *testing.T, opts stackOptions) *stackRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poisonMW, err := middleware.PoisonQueue(r.publisher, r.poison.name)
+	poisonMW, err := middleware.PoisonQueueWithFilter(r.publisher, r.poison.name, inbox.Poisonous)
 	if err != nil {
 		t.Fatal(err)
 	}
-	retry := middleware.Retry{MaxRetries: stackRetries, InitialInterval: 20 * time.Millisecond, Multiplier: 2}
-	resetting := retry
+	retry := recommendedRetry(logger)
+	fixed := middleware.Retry{MaxRetries: stackRetries, InitialInterval: 20 * time.Millisecond, Multiplier: 2}
+	resetting := fixed
 	resetting.ResetContextOnRetry = true
 	m := stackMiddlewares{
-		poison: poisonMW, retry: retry.Middleware, retryResettingContext: resetting.Middleware,
+		poison: poisonMW, retry: retry.Middleware, fixedRetry: fixed.Middleware, retryResettingContext: resetting.Middleware,
 		recoverer: middleware.Recoverer, timeout: middleware.Timeout(opts.timeout),
 		correlation: middleware.CorrelationID, inbox: inboxMW,
 	}
@@ -396,8 +400,8 @@ func (r *stackRun) deliveriesOf(order string) int {
 	return r.deliveries[order]
 }
 
-// The README's order, outermost first: PoisonQueue, Retry, Recoverer, the inbox, Timeout,
-// CorrelationID. Four handlers on one RabbitMQ queue; every order published twice; handlers
+// The README's stack, outermost first: PoisonQueueWithFilter(..., inbox.Poisonous), Retry with
+// inbox.ShouldRetry, Recoverer, the inbox, Timeout, CorrelationID. Four handlers on one RabbitMQ queue; every order published twice; handlers
 // that hang past the timeout, fail, panic, fail twice, and pills that fail every time; a
 // message without a UUID. Nothing lost (one invoice, one claim and one event per order that
 // can succeed), nothing doubled, nothing poisoned but the pills and the message without a UUID.
@@ -495,7 +499,7 @@ func TestTimeoutOutsideTheInbox(t *testing.T) {
 	}{
 		{"Retry, Timeout, inbox: retries fail before the handler, poison publish fails", 1,
 			func(m stackMiddlewares) []message.HandlerMiddleware {
-				return []message.HandlerMiddleware{m.poison, m.retry, m.recoverer, m.timeout, m.inbox}
+				return []message.HandlerMiddleware{m.poison, m.fixedRetry, m.recoverer, m.timeout, m.inbox}
 			}},
 		{"Retry with ResetContextOnRetry, Timeout, inbox: poison publish fails", 1 + stackRetries,
 			func(m stackMiddlewares) []message.HandlerMiddleware {

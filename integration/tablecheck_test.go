@@ -294,7 +294,7 @@ func TestAcceptsTablesThatGuard(t *testing.T) {
 }
 
 // A running store uses a table fixed after it was refused, once it checks again (on its own
-// every 10 s, at once with CheckTable): a refusal is a verdict on the table, not on the store.
+// every 5 s, at once with CheckTable): a refusal is a verdict on the table, not on the store.
 func TestRefusedTableHealsWhenFixed(t *testing.T) {
 	for _, name := range checkedBackends {
 		t.Run(name, func(t *testing.T) {

@@ -149,8 +149,10 @@ func waitForLockWaiter(t *testing.T, direct runner, table string, delivered <-ch
 	}
 }
 
-// A multi-statement store on a connector without multiStatements=true: every message fails
-// with an error that names the DSN settings, in both modes, and nothing commits.
+// A multi-statement store on a connector without multiStatements=true: CheckTable refuses it
+// at start-up, and every message fails with the same refusal, which names the DSN settings,
+// in both modes; nothing commits, and none of it is poisonous (a restart with the right DSN
+// processes the messages).
 func TestMultiStatementStoreWithoutTheDriverSettingIsAnError(t *testing.T) {
 	b := mysqlBackend(t) // its DSN does not set multiStatements
 	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, testenv.MySQLDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{Table: b.table})
@@ -159,13 +161,20 @@ func TestMultiStatementStoreWithoutTheDriverSettingIsAnError(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	b.store = store
+	err = store.CheckTable(context.Background())
+	if !errors.Is(err, sqlinbox.ErrMultiStatementRefused) || !strings.Contains(err.Error(), "multiStatements=true") {
+		t.Errorf("CheckTable: %v, want ErrMultiStatementRefused naming multiStatements=true", err)
+	}
 	for name, h := range map[string]message.HandlerFunc{
 		"write-behind": b.writeBehindHandler(t, "billing", ownKey),
 		"claim-first":  b.handler(t, "billing", nil, nil),
 	} {
 		err = deliver(context.Background(), h, watermill.NewUUID())
-		if err == nil || !strings.Contains(err.Error(), "multiStatements=true") {
-			t.Errorf("%s: err = %v, want one naming multiStatements=true", name, err)
+		if !errors.Is(err, sqlinbox.ErrMultiStatementRefused) || !strings.Contains(err.Error(), "multiStatements=true") {
+			t.Errorf("%s: err = %v, want ErrMultiStatementRefused naming multiStatements=true", name, err)
+		}
+		if inbox.Poisonous(err) {
+			t.Errorf("%s: inbox.Poisonous(%v) = true, want false", name, err)
 		}
 	}
 	wantRows(t, "claims", b.rows(t, b.table, ""), 0)

@@ -38,7 +38,7 @@ func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.
 	case err == nil && (first[claimAt].found == nil || inserted):
 		return &claimedTx{session: sess, store: s, claim: claim}, nil, nil
 	case err != nil && !s.isDuplicate(err, failed, claimAt):
-		err = sess.abort(ctx, s.failure(first, failed, err, "claim"))
+		err = sess.abort(ctx, s.explainClaim(ctx, sess, s.failure(first, failed, err, "claim")))
 		sess.release()
 		return nil, nil, &storeError{err}
 	}
@@ -122,6 +122,9 @@ func (t *claimedTx) Handle() any { return t.session.handle() }
 func (t *claimedTx) Commit(ctx context.Context, produced []byte) error {
 	defer t.session.release()
 	statements := t.take()
+	if err := t.store.sql.checkQueued(statements); err != nil {
+		return t.session.abort(ctx, err)
+	}
 	if produced != nil {
 		statements = append(statements, t.store.sql.recordStatement(t.claim, produced))
 	}

@@ -40,8 +40,8 @@ type Config struct {
 	Begin BeginFunc
 
 	// Logger receives, at error level, each check that refuses the inbox table (see
-	// ErrTableMismatch) and the check that refuses NewMultiStatement's store on this server (see
-	// ErrMultiStatementRefused): once per check, not once per message. Default:
+	// ErrTableMismatch) and the check that refuses NewMultiStatement's store on this driver or
+	// server (see ErrMultiStatementRefused): once per check, not once per message. Default:
 	// watermill.NopLogger{}.
 	Logger watermill.LoggerAdapter
 }

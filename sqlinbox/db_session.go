@@ -110,6 +110,13 @@ func (s *dbSession) abort(_ context.Context, cause error) error {
 	return cause
 }
 
+// queryString reads one string in the transaction, which InnoDB keeps open after a failed
+// statement.
+func (s *dbSession) queryString(ctx context.Context, query string) (v string, err error) {
+	err = s.tx.QueryRowContext(ctx, query).Scan(&v)
+	return v, err
+}
+
 // release: database/sql returned the connection when the transaction ended.
 func (s *dbSession) release() {}
 

@@ -3,6 +3,7 @@ package sqlinbox
 import (
 	"encoding/hex"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -16,6 +17,12 @@ import (
 // reads no affected-row count, so no DSN setting (clientFoundRows among them) changes what a
 // claim returns. The inbox's own values travel hex-encoded and are decoded by UNHEX in the
 // statements (see Param).
+//
+// A store on this dialect refuses a connection whose character_set_client is big5, cp932,
+// gb18030, gbk or sjis, in which the driver's client-side escaping of the application's
+// parameters can be undone: its table check (CheckTable, InitializeSchema) and every claim
+// fail with an error that names the character set. It also refuses a queued statement
+// that sets sql_mode, NAMES, CHARACTER SET or a character_set_ variable. See docs/mysql.md.
 func MySQL() Dialect { return mysql{} }
 
 type mysql struct{}
@@ -140,9 +147,63 @@ func (mysql) UpgradeTable(t Table) (name string, up, down []string) {
 		convert("'+00:00'", "@@session.time_zone", `utc\_timestamp`, "CURRENT_TIMESTAMP(6)")
 }
 
+// InsertClaim carries the store's guard against a connection in a character set that
+// client-side escaping is not safe in (see mysqlUnsafeCharsets): on such a connection the
+// consumer is NULL, which the NOT NULL column refuses with error 1048 in every sql_mode, so
+// that no claim is made and, in the claim-first mode, the handler does not run. The guard
+// travels in the claim, which every store and mode sends first: it costs no statement and no
+// round trip, and it reads the session as it is at that moment, whatever SET NAMES ran on
+// the connection before.
 func (mysql) InsertClaim(t Table) string {
-	return "INSERT INTO " + t.Quoted + " (consumer, message_id, payload_hash) VALUES (UNHEX(?), UNHEX(?), UNHEX(?))"
+	return "INSERT INTO " + t.Quoted + " (consumer, message_id, payload_hash) VALUES (" +
+		"UNHEX(IF(@@character_set_client IN (" + mysqlUnsafeCharsets + "), NULL, ?)), UNHEX(?), UNHEX(?))"
 }
+
+// mysqlUnsafeCharsets are the character sets in which the second byte of a multibyte
+// character can be 0x5c, a backslash: go-sql-driver/mysql with interpolateParams=true
+// escapes a parameter's quote as \' byte by byte, and a lead byte before the backslash makes
+// the two one character, so that the quote ends the string. utf8mb4, utf8mb3, latin1,
+// gb2312, euckr, ujis and eucjpms are safe: none of their multibyte characters holds a byte
+// below 0x80. gb18030 is MySQL's (8.0); MariaDB has none of that name.
+const mysqlUnsafeCharsets = "'big5', 'cp932', 'gb18030', 'gbk', 'sjis'"
+
+// charsetQuery reads the session's character_set_client, for the check at start-up and to
+// name the character set of a claim the guard refused.
+func (mysql) charsetQuery() string { return "SELECT @@character_set_client" }
+
+// unsafeCharset reports whether charset is one of mysqlUnsafeCharsets.
+func (mysql) unsafeCharset(charset string) bool {
+	return strings.Contains(mysqlUnsafeCharsets, "'"+strings.ToLower(charset)+"'")
+}
+
+// mayBeCharsetRefusal reports whether err could be the claim's guard: error 1048 on the
+// column consumer. A statement of the application's on another table can fail the same way,
+// so the store reads the session's character set before it says so.
+func (mysql) mayBeCharsetRefusal(err error) bool {
+	number, message, ok := mysqlError(err)
+	return ok && number == 1048 && strings.Contains(message, "'consumer'")
+}
+
+// sessionChange returns what a queued statement changes of how the server reads the
+// statements after it, or "": a SET of sql_mode (NO_BACKSLASH_ESCAPES, ANSI_QUOTES), of
+// NAMES, CHARACTER SET or CHARSET, or of a character_set_ variable. The driver writes the
+// parameters of every statement of a request into its text before the server runs the first,
+// by the session's state as it was before the request, so a statement after such a SET could
+// be read otherwise than it was escaped; a SET STATEMENT ... FOR is refused as well.
+func (mysql) sessionChange(statement string) string {
+	text := strings.ToLower(skipLeadingComments(statement))
+	if !strings.HasPrefix(text, "set") || (len(text) > 3 && isIdentifierByte(text[3])) {
+		return ""
+	}
+	if m := mysqlSessionChange.FindStringSubmatch(text); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// mysqlSessionChange finds what sessionChange refuses in a lower-cased SET statement: a
+// system variable, not a user variable (@sql_mode), nor part of another name.
+var mysqlSessionChange = regexp.MustCompile(`(?:^|[^\w@$]|@@)(sql_mode|names|charset|character\s+set|character_set_[a-z_]+)(?:[^\w$]|$)`)
 
 // InsertClaimOrSkip: none; a duplicate's error 1062 leaves InnoDB's transaction usable.
 func (mysql) InsertClaimOrSkip(Table) string { return "" }
@@ -292,4 +353,36 @@ func (mysql) TableSize(t Table) []SizeQuery {
 // success. Plain MySQL has no wsrep_on; plain MariaDB reports OFF.
 func (mysql) MultiStatement() *MultiStatementSQL {
 	return &MultiStatementSQL{Probe: "DO ?; DO ?", Refuse: "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"}
+}
+
+// skipLeadingComments returns statement after its leading white space and comments. The
+// text of an executable comment (/*! ... */, MariaDB's /*M! ... */) is a statement's, so
+// only its opening and version number are skipped.
+func skipLeadingComments(statement string) string {
+	for {
+		statement = strings.TrimLeft(statement, " \t\r\n\f\v")
+		switch {
+		case strings.HasPrefix(statement, "/*!"), strings.HasPrefix(statement, "/*M!"):
+			statement = strings.TrimLeft(statement[strings.Index(statement, "!")+1:], "0123456789")
+		case strings.HasPrefix(statement, "/*"):
+			end := strings.Index(statement[2:], "*/")
+			if end < 0 {
+				return ""
+			}
+			statement = statement[2+end+2:]
+		case strings.HasPrefix(statement, "#"), strings.HasPrefix(statement, "--") &&
+			(len(statement) == 2 || strings.ContainsRune(" \t\r\n\f\v", rune(statement[2]))):
+			end := strings.IndexByte(statement, '\n')
+			if end < 0 {
+				return ""
+			}
+			statement = statement[end+1:]
+		default:
+			return statement
+		}
+	}
+}
+
+func isIdentifierByte(b byte) bool {
+	return b == '_' || b == '$' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= 0x80
 }

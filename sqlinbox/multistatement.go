@@ -32,9 +32,14 @@ import (
 // connector is go-sql-driver/mysql's (mysql.NewConnector), with MultiStatements and
 // InterpolateParams set in its Config (the DSN's multiStatements=true&interpolateParams=true):
 // the driver must run several statements in one call with the parameters written into the
-// text. Without them every message fails with an error that says so, and is nacked. Queued
-// statements must then hold no "?" other than their parameters. multiStatements widens what
-// a statement built from input could do (SECURITY.md).
+// text. Without them CheckTable and every message fail with an error wrapping
+// ErrMultiStatementRefused that says so, and the message is nacked. Queued statements must
+// then hold no "?" other than their parameters, and be one statement each: a request whose
+// server ran more or fewer statements than it holds (a queued text of two statements, or one
+// that ends in an unterminated comment) is rolled back and its message nacked, never taken as
+// committed. multiStatements widens what a statement built from input could do, and
+// client-side interpolation is unsafe in some character sets, which the store refuses (see
+// MySQL; SECURITY.md).
 //
 // dialect must have MultiStatement SQL (MySQL has). Config.Begin is refused: a message's
 // transaction begins in a request of the store's own.
@@ -62,7 +67,7 @@ func NewMultiStatement(connector driver.Connector, dialect Dialect, config Confi
 	}
 	p.beginText, p.selectClaim = s.sql.begin, s.sql.selectClaim
 	s.refusal = newVerdict(ErrMultiStatementRefused, 0, config.Logger,
-		"Multi-statement requests refused on this server: every message fails; make the store with sqlinbox.NewDB", nil)
+		"Multi-statement requests refused: every message fails; set the DSN's multiStatements=true and interpolateParams=true, or on a Galera node make the store with sqlinbox.NewDB", nil)
 	return s, db, nil
 }
 
@@ -95,9 +100,12 @@ type multiSession struct {
 	tx   *sql.Tx // the transaction the claim's request began, adopted by database/sql
 }
 
-// requestSeparator ends each statement of a request on a line of its own, so that a line
-// comment at the end of one (-- or #) cannot run into the next.
-const requestSeparator = ";\n"
+// requestSeparator ends each statement of a request with a newline before the semicolon, so
+// that a line comment at the end of one (-- or #) ends before the semicolon and cannot take
+// in the next statement (after ";\n" it would take in the semicolon itself). pgx joins a
+// simple-protocol batch the same way. A comment or string left open runs on to the end of
+// the request: the connection counts the statements the server ran (checkResults).
+const requestSeparator = "\n;"
 
 // request joins begin (if not ""), statements and commit (if not "") into one multi-statement
 // request, and the statements' arguments.
@@ -135,7 +143,7 @@ func (s *multiSession) begin(ctx context.Context, first []statement) (int, error
 		if !ok {
 			return fmt.Errorf("sqlinbox: connection %T does not come from NewMultiStatement's pool", driverConn)
 		}
-		requestErr = c.beginWith(ctx, text, args)
+		requestErr = c.beginWith(ctx, text, len(first)+1, args)
 		if errors.Is(requestErr, driver.ErrBadConn) {
 			return requestErr // database/sql closes the connection
 		}
@@ -164,7 +172,7 @@ func (s *multiSession) commit(ctx context.Context, statements []statement) (int,
 		return 0, sqlEnded(s.tx.Commit())
 	}
 	text, args := request("", statements, "")
-	if _, err := s.tx.ExecContext(ctx, text, append(args, endsInCommit{})...); err != nil {
+	if _, err := s.tx.ExecContext(ctx, text, append(args, endsInCommit{len(statements)})...); err != nil {
 		return failedUnknown, sqlEnded(err)
 	}
 	return len(statements), sqlEnded(s.tx.Commit()) // sends nothing: the request committed
@@ -172,7 +180,7 @@ func (s *multiSession) commit(ctx context.Context, statements []statement) (int,
 
 func (s *multiSession) run(ctx context.Context, statements []statement) (int, error) {
 	text, args := request(s.pool.beginText, statements, sqlCommit)
-	if _, err := s.conn.ExecContext(txmark.With(ctx, txmark.Begins|txmark.Ends), text, args...); err != nil {
+	if _, err := s.conn.ExecContext(txmark.With(ctx, txmark.Begins|txmark.Ends), text, append(args, holdsStatements{len(statements) + 2})...); err != nil {
 		return failedUnknown, err
 	}
 	return 0, nil
@@ -218,6 +226,16 @@ func (s *multiSession) abort(ctx context.Context, cause error) error {
 			"with the parameters in the text: go-sql-driver/mysql's multiStatements=true and interpolateParams=true)", cause)
 	}
 	return cause
+}
+
+// queryString reads one string on the session's connection.
+func (s *multiSession) queryString(ctx context.Context, query string) (v string, err error) {
+	if s.tx != nil {
+		err = s.tx.QueryRowContext(ctx, query).Scan(&v)
+	} else {
+		err = s.conn.QueryRowContext(ctx, query).Scan(&v)
+	}
+	return v, err
 }
 
 func (s *multiSession) release() { _ = s.conn.Close() }

@@ -49,21 +49,59 @@ type multiStatementConn struct {
 	tx *multiStatementTx
 }
 
-// endsInCommit is the argument the store adds to an adopted transaction's last request: the
-// connection sends the request with COMMIT after it, and the transaction's Commit then
-// sends nothing. NamedValueChecker's documentation provides for such arguments (special
-// options to the query); the connection removes it before the driver sees the arguments.
-type endsInCommit struct{}
+// endsInCommit is the argument the store adds to an adopted transaction's last request, which
+// holds statements statements: the connection sends the request with COMMIT after it, and
+// the transaction's Commit then sends nothing. NamedValueChecker's documentation provides for
+// such arguments (special options to the query); the connection removes it before the driver
+// sees the arguments.
+type endsInCommit struct{ statements int }
+
+// holdsStatements is the argument the store adds to a request that begins and ends a
+// transaction of its own (write-behind mode's), which holds statements statements, COMMIT
+// the last; the connection removes it, as endsInCommit.
+type holdsStatements struct{ statements int }
+
+// allResults is the result of a multi-statement request in go-sql-driver/mysql (its
+// mysql.Result, since v1.8): one affected-row count for each statement the server ran.
+type allResults interface{ AllRowsAffected() []int64 }
+
+// checkResults returns an error unless the server ran exactly want statements of a request.
+// A request whose text runs on past a statement's end (an unterminated /* comment, which
+// MariaDB takes to the end of the request without an error) runs fewer statements than it
+// holds, and its COMMIT is not among them: the transaction is still open, and the message
+// must not count as committed. A statement that is several, or a procedure that returns
+// results, makes more, and which of them was COMMIT is then unknown.
+func checkResults(result driver.Result, want int) error {
+	all, ok := result.(allResults)
+	if !ok {
+		return fmt.Errorf("sqlinbox: the driver's result %T does not say how many statements of a multi-statement "+
+			"request ran (go-sql-driver/mysql's does since v1.8), so a request whose COMMIT did not run cannot be told "+
+			"from one that committed", result)
+	}
+	switch got := len(all.AllRowsAffected()); {
+	case got < want:
+		return fmt.Errorf("sqlinbox: the server ran %d of the request's %d statements, without an error, and not its "+
+			"COMMIT: a statement ends in an unterminated comment (/* ...) or other text that took in the statements "+
+			"after it; nothing is committed, the transaction is rolled back", got, want)
+	case got > want:
+		return fmt.Errorf("sqlinbox: the server ran %d statements for the request's %d: a queued statement holds "+
+			"several statements, or calls a procedure that returns results, and whether the COMMIT ran cannot be "+
+			"told; queue one statement per inbox.ExecAtCommit", got, want)
+	}
+	return nil
+}
 
 // errNeedsMultiStatements is what the connection returns when the driver wants to prepare one
 // of the store's requests instead of sending it: several statements cannot be prepared as one.
-var errNeedsMultiStatements = errors.New("sqlinbox: the driver would prepare a multi-statement request; " +
-	"set interpolateParams=true and multiStatements=true in the DSN")
+var errNeedsMultiStatements = errors.New("sqlinbox: the driver would prepare a multi-statement request instead of " +
+	"writing its parameters into the text: set interpolateParams=true and multiStatements=true in the DSN; with them, " +
+	"a statement whose ? do not match its arguments does this too (a ? inside a string or comment, or a statement " +
+	"after an unterminated /* comment, whose ? the driver then reads as the comment's)")
 
 // beginWith sends request, which begins a transaction, and, if it succeeds, makes the next
 // BeginTx adopt the transaction. If it fails, the server may be left in the
 // transaction: the caller ends it on this connection (ROLLBACK) or discards the connection.
-func (c *multiStatementConn) beginWith(ctx context.Context, request string, args []any) error {
+func (c *multiStatementConn) beginWith(ctx context.Context, request string, statements int, args []any) error {
 	if c.begun || c.tx != nil {
 		return errors.New("sqlinbox: begin: the connection is in a transaction already")
 	}
@@ -80,10 +118,14 @@ func (c *multiStatementConn) beginWith(ctx context.Context, request string, args
 			return fmt.Errorf("sqlinbox: argument %d: %w", i+1, err)
 		}
 	}
-	if _, err := c.execDriver(txmark.With(ctx, txmark.Begins), request, named); err != nil {
+	result, err := c.execDriver(txmark.With(ctx, txmark.Begins), request, named)
+	if err != nil {
 		if errors.Is(err, driver.ErrSkip) {
 			return errNeedsMultiStatements
 		}
+		return err
+	}
+	if err := checkResults(result, statements); err != nil {
 		return err
 	}
 	c.begun = true
@@ -130,26 +172,40 @@ func (c *multiStatementConn) PrepareContext(ctx context.Context, query string) (
 
 func (c *multiStatementConn) Close() error { return c.conn.Close() }
 
-// ExecContext forwards every statement to the driver as it is, but the store's commit
-// request, which carries endsInCommit as its last argument.
+// ExecContext forwards every statement to the driver as it is, but the store's requests that
+// end a transaction, which carry endsInCommit or holdsStatements as their last argument: it
+// checks that the server ran each of their statements, COMMIT the last (see checkResults).
 func (c *multiStatementConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	if len(args) == 0 {
 		return c.execDriver(ctx, query, args)
 	}
-	if _, commit := args[len(args)-1].Value.(endsInCommit); !commit {
-		return c.execDriver(ctx, query, args)
+	switch marker := args[len(args)-1].Value.(type) {
+	case holdsStatements:
+		result, err := c.execDriver(ctx, query, args[:len(args)-1])
+		if errors.Is(err, driver.ErrSkip) {
+			return nil, errNeedsMultiStatements
+		}
+		if err == nil {
+			err = checkResults(result, marker.statements)
+		}
+		return result, err
+	case endsInCommit:
+		if c.tx == nil || c.tx.committed {
+			return nil, errors.New("sqlinbox: commit request outside a transaction the store began")
+		}
+		result, err := c.execDriver(txmark.With(ctx, txmark.Ends), query+requestSeparator+sqlCommit, args[:len(args)-1])
+		if errors.Is(err, driver.ErrSkip) {
+			return nil, errNeedsMultiStatements
+		}
+		if err == nil {
+			err = checkResults(result, marker.statements+1)
+		}
+		if err == nil {
+			c.tx.committed = true
+		}
+		return result, err
 	}
-	if c.tx == nil || c.tx.committed {
-		return nil, errors.New("sqlinbox: commit request outside a transaction the store began")
-	}
-	result, err := c.execDriver(txmark.With(ctx, txmark.Ends), query+requestSeparator+sqlCommit, args[:len(args)-1])
-	if errors.Is(err, driver.ErrSkip) {
-		return nil, errNeedsMultiStatements
-	}
-	if err == nil {
-		c.tx.committed = true
-	}
-	return result, err
+	return c.execDriver(ctx, query, args)
 }
 
 func (c *multiStatementConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
@@ -159,9 +215,11 @@ func (c *multiStatementConn) QueryContext(ctx context.Context, query string, arg
 	return nil, driver.ErrSkip
 }
 
-// CheckNamedValue keeps endsInCommit for ExecContext and lets the driver check the rest.
+// CheckNamedValue keeps endsInCommit and holdsStatements for ExecContext and lets the driver
+// check the rest.
 func (c *multiStatementConn) CheckNamedValue(nv *driver.NamedValue) error {
-	if _, ok := nv.Value.(endsInCommit); ok {
+	switch nv.Value.(type) {
+	case endsInCommit, holdsStatements:
 		return nil
 	}
 	if checker, ok := c.conn.(driver.NamedValueChecker); ok {

@@ -152,10 +152,21 @@ func isTableMismatch(err error) bool { return errors.Is(err, ErrTableMismatch) }
 // catalog could not be read, nil if the table is fit. The store runs it before its first
 // claim; call it at start-up too, so that a service on a table that cannot guard refuses to
 // start, and from a readiness probe. Its verdict is the store's: a refused table is refused
-// by every claim until a check passes (at most every 10 s while messages arrive), a table
+// by every claim until a check passes (at most every 5 s while messages arrive), a table
 // that passes is used at once.
+//
+// On a store made by NewMultiStatement it also checks that the driver runs multi-statement
+// requests and that the server is not one that breaks them, and returns the error wrapping
+// ErrMultiStatementRefused that every message would get; that verdict is kept for the
+// store's life.
 func (s *Store) CheckTable(ctx context.Context) error {
-	return s.table.check(ctx, s.table.passing(s.describe))
+	if err := s.table.check(ctx, s.table.passing(s.describe)); err != nil {
+		return err
+	}
+	if s.refusal != nil {
+		return s.refuse(ctx, "every mode")
+	}
+	return nil
 }
 
 // describe reads the table's shape in a transaction of its own, judges it and returns the
@@ -164,7 +175,13 @@ func (s *Store) CheckTable(ctx context.Context) error {
 // mode) could otherwise have its steps run on two.
 func (s *Store) describe(ctx context.Context) (primaryKey string, err error) {
 	var columns []column
+	var charsetErr error
 	err = s.pool.inTx(ctx, false, func(q querier) error {
+		// A connection of the pool in an unsafe character set, which the DSN gives every
+		// connection, is refused before anything else (see charsetguard.go).
+		if charsetErr = s.checkCharset(ctx, q); charsetErr != nil {
+			return nil
+		}
 		rows, err := q.query(ctx, s.sql.describe, s.sql.describeArgs...)
 		if err != nil {
 			return err
@@ -181,6 +198,9 @@ func (s *Store) describe(ctx context.Context) (primaryKey string, err error) {
 		}
 		return rows.Err()
 	})
+	if charsetErr != nil {
+		return "", charsetErr
+	}
 	if err != nil {
 		return "", fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
 	}

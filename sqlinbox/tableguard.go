@@ -10,8 +10,11 @@ import (
 
 // tableRecheckInterval is how long a store refuses messages on the verdict of a failed table
 // check before it checks the table again, so that a table fixed while the process runs is
-// used without a restart, and a refused table costs no catalog query per message.
-const tableRecheckInterval = 10 * time.Second
+// used without a restart, and a refused table costs no catalog query per message. The
+// messages it refuses are retried (inbox.ShouldRetry waits up to 2 s between attempts), so
+// a table fixed while the service runs is used within this interval and one such wait:
+// within 10 s.
+const tableRecheckInterval = 5 * time.Second
 
 // tableGuard is a store's table check, run before its first claim (see Store.CheckTable).
 // A check that passes also keeps the name of the table's primary key, which IsDuplicateKey

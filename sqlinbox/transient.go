@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+
+	inbox "github.com/inboxkit/watermill-inbox"
 )
 
 // IsTransient reports whether err, returned by the store or by a handler's statement on the
 // store's transaction, is a failure of the database rather than of the message, which a
 // later delivery of the same message gets past:
 //
-//   - the table check's refusal (ErrTableMismatch, a missing table among them) and a
-//     multi-statement store refused on this server (ErrMultiStatementRefused);
+//   - the table check's refusal (ErrTableMismatch, a missing table among them), a
+//     multi-statement store refused on this driver or server (ErrMultiStatementRefused),
+//     and a MySQL connection refused for its character set (see MySQL);
 //   - a failure of the store's own statements before the handler's (BEGIN, the lock
 //     timeout, the claim, the read of a committed claim), and a connection that could not
 //     be acquired;
@@ -24,9 +27,11 @@ import (
 //     failures, lock timeouts, a read-only or starting server, a Galera node not ready.
 //
 // Everything else is the message's: a constraint that a handler's statement, a queued one or
-// its COMMIT violates, say.
+// its COMMIT violates, say, and a request too large for the server (an error wrapping
+// inbox.ErrRecordTooLarge), even when the server reset the connection over it: every
+// delivery of the message would fail the same way.
 func (s *Store) IsTransient(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, inbox.ErrRecordTooLarge) {
 		return false
 	}
 	var own *storeError

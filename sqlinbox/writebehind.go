@@ -18,6 +18,10 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	if err := s.before(ctx, writeBehindMode); err != nil {
 		return nil, err
 	}
+	handlers := queuedStatements(queued)
+	if err := s.sql.checkQueued(handlers); err != nil {
+		return nil, err
+	}
 	sess, err := s.pool.session(ctx)
 	if err != nil {
 		return nil, acquireError(err)
@@ -26,9 +30,7 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	var inserted bool
 	statements := append(s.sql.lockTimeoutStatement(), s.sql.claimStatement(claim, s.pool.claimSkips(true), &inserted))
 	claimAt := len(statements) - 1
-	for _, st := range queued {
-		statements = append(statements, statement{sql: st.SQL, args: st.Args, kind: kindQueued})
-	}
+	statements = append(statements, handlers...)
 	if produced != nil {
 		statements = append(statements, s.sql.recordStatement(claim, produced))
 	}
@@ -51,9 +53,24 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 		// The outcome of a failed COMMIT is for the next delivery to find out.
 		return nil, fmt.Errorf("sqlinbox: commit: %w", err)
 	}
-	err = sess.abort(ctx, s.failure(statements, failed, err, "write-behind request"))
-	if failed != failedUnknown && (failed < claimAt+1) {
-		return nil, &storeError{err} // BEGIN, the lock timeout or the claim
+	err = s.failure(statements, failed, err, "write-behind request")
+	refused := false
+	if failed == failedUnknown || failed <= claimAt {
+		explained := s.explainClaim(ctx, sess, err)
+		refused, err = explained != err, explained
+	}
+	err = sess.abort(ctx, err)
+	if refused || failed != failedUnknown && (failed < claimAt+1) {
+		return nil, &storeError{err} // BEGIN, the lock timeout or the claim, or the claim's refusal of the connection
 	}
 	return nil, s.explainSize(ctx, statements, err)
+}
+
+// queuedStatements are the statements a handler queued, as the store sends them.
+func queuedStatements(queued []inbox.Statement) []statement {
+	statements := make([]statement, len(queued))
+	for i, st := range queued {
+		statements[i] = statement{sql: st.SQL, args: st.Args, kind: kindQueued}
+	}
+	return statements
 }

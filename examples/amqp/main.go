@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -99,6 +100,9 @@ func newRouter(ctx context.Context, pool *pgxpool.Pool, subscriber message.Subsc
 	if err := store.InitializeSchema(ctx); err != nil {
 		return nil, err
 	}
+	if err := store.CheckTable(ctx); err != nil { // refuse to start on a table or a driver that cannot work
+		return nil, err
+	}
 	if err := createInvoices(ctx, pool, d.invoiceTable); err != nil {
 		return nil, err
 	}
@@ -106,7 +110,8 @@ func newRouter(ctx context.Context, pool *pgxpool.Pool, subscriber message.Subsc
 	if err != nil {
 		return nil, err
 	}
-	poisonQueue, err := middleware.PoisonQueue(d.poisoned, d.topic+"_poison")
+	logger := watermill.NewStdLogger(false, false) // the retried and the poisoned failures, to stderr
+	poisonQueue, err := middleware.PoisonQueueWithFilter(d.poisoned, d.topic+"_poison", inbox.Poisonous)
 	if err != nil {
 		return nil, err
 	}
@@ -115,9 +120,16 @@ func newRouter(ctx context.Context, pool *pgxpool.Pool, subscriber message.Subsc
 		return nil, err
 	}
 	router.AddMiddleware(d.countDeliveries) // not part of the stack: counts deliveries for the table
-	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	retry := middleware.Retry{
+		MaxRetries:      math.MaxInt32, // no count: inbox.ShouldRetry decides when to stop
+		InitialInterval: 50 * time.Millisecond,
+		Multiplier:      1.5,
+		MaxInterval:     2 * time.Second,              // a database that is away is tried every 2 s
+		ShouldRetry:     inbox.ShouldRetry(3, logger), // the message's own failure: 3 retries, then the poison queue
+		Logger:          logger,                       // logs each failure it retries
+	}
 	router.AddMiddleware(
-		poisonQueue,                        // outermost: takes what every retry failed
+		poisonQueue,                        // outermost: takes the message's own failures, not the database's
 		retry.Middleware,                   // each attempt claims in a fresh transaction
 		middleware.Recoverer,               // a panic becomes an error that Retry retries
 		inboxMiddleware,                    // claim; handler; commit or roll back

@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -208,7 +209,10 @@ func (a *App) createTables(ctx context.Context) error {
 		return err
 	}
 	a.Store = store
-	return store.InitializeSchema(ctx)
+	if err := store.InitializeSchema(ctx); err != nil {
+		return err
+	}
+	return store.CheckTable(ctx) // refuse to start on a table or a driver that cannot work
 }
 
 // rabbitPublisher returns the RabbitMQ publisher, as Options.WrapPublisher wraps it.
@@ -273,7 +277,8 @@ func (a *App) newInboxMiddleware() (message.HandlerMiddleware, error) {
 // run's verdict.
 func (a *App) newRouter(inboxMiddleware message.HandlerMiddleware) error {
 	a.Poisoned = &Held{}
-	poisonQueue, err := middleware.PoisonQueue(a.Poisoned, a.opts.Prefix+".poison")
+	logger := watermill.NewStdLogger(false, false) // the retried and the poisoned failures, to stderr
+	poisonQueue, err := middleware.PoisonQueueWithFilter(a.Poisoned, a.opts.Prefix+".poison", inbox.Poisonous)
 	if err != nil {
 		return err
 	}
@@ -289,9 +294,16 @@ func (a *App) newRouter(inboxMiddleware message.HandlerMiddleware) error {
 			return h(msg)
 		}
 	})
-	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	retry := middleware.Retry{
+		MaxRetries:      math.MaxInt32, // no count: inbox.ShouldRetry decides when to stop
+		InitialInterval: 50 * time.Millisecond,
+		Multiplier:      1.5,
+		MaxInterval:     2 * time.Second,              // a database that is away is tried every 2 s
+		ShouldRetry:     inbox.ShouldRetry(3, logger), // the message's own failure: 3 retries, then the poison queue
+		Logger:          logger,                       // logs each failure it retries
+	}
 	a.Router.AddMiddleware(
-		poisonQueue,                        // outermost: takes what every retry failed
+		poisonQueue,                        // outermost: takes the message's own failures, not the database's
 		retry.Middleware,                   // each attempt claims in a fresh transaction
 		middleware.Recoverer,               // a panic becomes an error that Retry retries
 		inboxMiddleware,                    // claim; handler; commit or roll back

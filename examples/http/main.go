@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -67,6 +68,9 @@ func run(ctx context.Context, dir, listen string, orders int) error {
 	if err := store.InitializeSchema(ctx); err != nil {
 		return err
 	}
+	if err := store.CheckTable(ctx); err != nil { // refuse to start on a table or a driver that cannot work
+		return err
+	}
 	if _, err := db.ExecContext(ctx, "CREATE TABLE invoices (order_id TEXT NOT NULL, amount_cents INTEGER NOT NULL)"); err != nil {
 		return err
 	}
@@ -90,8 +94,9 @@ func run(ctx context.Context, dir, listen string, orders int) error {
 
 // newEndpoint is the HTTP side: POST /orders behind inboxhttp, the key required. The body is
 // fingerprinted as the broker's messages are (their payload's SHA-256), so that an order sent
-// both ways under one key is one order.
-func newEndpoint(store inbox.Store) (http.Handler, error) {
+// both ways under one key is one order. GET /readyz is the readiness probe: 503 with the
+// reason while the database or the inbox table cannot work.
+func newEndpoint(store *sqlinbox.Store) (http.Handler, error) {
 	idempotent, err := inboxhttp.New(store, inboxhttp.Config{Consumer: "billing", Required: true,
 		Fingerprint: inboxhttp.BodySHA256}, nil)
 	if err != nil {
@@ -99,6 +104,7 @@ func newEndpoint(store inbox.Store) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", idempotent(http.HandlerFunc(createOrder)))
+	mux.Handle("GET /readyz", inboxhttp.Ready(store))
 	return mux, nil
 }
 
@@ -127,7 +133,8 @@ func newRouter(store inbox.Store, pubSub *gochannel.GoChannel) (*message.Router,
 	if err != nil {
 		return nil, err
 	}
-	poisonQueue, err := middleware.PoisonQueue(pubSub, topic+"_poison")
+	logger := watermill.NewStdLogger(false, false) // the retried and the poisoned failures, to stderr
+	poisonQueue, err := middleware.PoisonQueueWithFilter(pubSub, topic+"_poison", inbox.Poisonous)
 	if err != nil {
 		return nil, err
 	}
@@ -135,9 +142,16 @@ func newRouter(store inbox.Store, pubSub *gochannel.GoChannel) (*message.Router,
 	if err != nil {
 		return nil, err
 	}
-	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	retry := middleware.Retry{
+		MaxRetries:      math.MaxInt32, // no count: inbox.ShouldRetry decides when to stop
+		InitialInterval: 50 * time.Millisecond,
+		Multiplier:      1.5,
+		MaxInterval:     2 * time.Second,              // a database that is away is tried every 2 s
+		ShouldRetry:     inbox.ShouldRetry(3, logger), // the message's own failure: 3 retries, then the poison queue
+		Logger:          logger,                       // logs each failure it retries
+	}
 	router.AddMiddleware(
-		poisonQueue,                        // outermost: takes what every retry failed
+		poisonQueue,                        // outermost: takes the message's own failures, not the database's
 		retry.Middleware,                   // each attempt claims in a fresh transaction
 		middleware.Recoverer,               // a panic becomes an error that Retry retries
 		inboxMiddleware,                    // claim; handler; commit or roll back

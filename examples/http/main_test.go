@@ -40,6 +40,11 @@ func TestOrderByHTTPThenByBroker(t *testing.T) {
 	}
 	server := httptest.NewServer(endpoint)
 	t.Cleanup(server.Close)
+	ready, err := server.Client().Get(server.URL + "/readyz")
+	if err != nil || ready.StatusCode != http.StatusOK {
+		t.Fatalf("GET /readyz: %v %v, want 200", ready, err)
+	}
+	ready.Body.Close()
 	body, _ := json.Marshal(Order{OrderID: "order-7", AmountCents: 700})
 	req, _ := http.NewRequest(http.MethodPost, server.URL+"/orders", bytes.NewReader(body))
 	req.Header.Set("Idempotency-Key", `"order-7"`)

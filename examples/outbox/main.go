@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -218,7 +219,8 @@ func (s *System) Build(ctx context.Context, pool *pgxpool.Pool, wrap func(func(*
 	if wrap != nil {
 		handle = wrap(handle)
 	}
-	poisonQueue, err := middleware.PoisonQueue(s.Orders, OrdersTopic+"_poison")
+	logger := watermill.NewStdLogger(false, false) // the retried and the poisoned failures, to stderr
+	poisonQueue, err := middleware.PoisonQueueWithFilter(s.Orders, OrdersTopic+"_poison", inbox.Poisonous)
 	if err != nil {
 		return err
 	}
@@ -226,9 +228,16 @@ func (s *System) Build(ctx context.Context, pool *pgxpool.Pool, wrap func(func(*
 	// the order handler's alone: the forwarder's handler on this router needs no inbox.
 	handler := s.Router.AddConsumerHandler("billing", OrdersTopic, s.Orders, handle)
 	handler.AddMiddleware(outer...) // not part of the stack: what a test observes, outermost
-	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	retry := middleware.Retry{
+		MaxRetries:      math.MaxInt32, // no count: inbox.ShouldRetry decides when to stop
+		InitialInterval: 50 * time.Millisecond,
+		Multiplier:      1.5,
+		MaxInterval:     2 * time.Second,              // a database that is away is tried every 2 s
+		ShouldRetry:     inbox.ShouldRetry(3, logger), // the message's own failure: 3 retries, then the poison queue
+		Logger:          logger,                       // logs each failure it retries
+	}
 	handler.AddMiddleware(
-		poisonQueue,                        // outermost: takes what every retry failed
+		poisonQueue,                        // outermost: takes the message's own failures, not the database's
 		retry.Middleware,                   // each attempt claims in a fresh transaction
 		middleware.Recoverer,               // a panic becomes an error that Retry retries
 		inboxMiddleware,                    // claim; handler; commit or roll back
@@ -247,6 +256,9 @@ func (s *System) createTables(ctx context.Context, pool *pgxpool.Pool) (*sqlinbo
 		return nil, err
 	}
 	if err := store.InitializeSchema(ctx); err != nil {
+		return nil, err
+	}
+	if err := store.CheckTable(ctx); err != nil { // refuse to start on a table or a driver that cannot work
 		return nil, err
 	}
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+s.InvoiceTable+" (order_id text NOT NULL, amount_cents bigint NOT NULL)"); err != nil {

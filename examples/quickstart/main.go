@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -58,6 +59,9 @@ func run(ctx context.Context, dir string, orders int, out io.Writer) (result, er
 	if err := store.InitializeSchema(ctx); err != nil {
 		return result{}, err
 	}
+	if err := store.CheckTable(ctx); err != nil { // refuse to start on a table or a driver that cannot work
+		return result{}, err
+	}
 	if err := createInvoices(ctx, db); err != nil {
 		return result{}, err
 	}
@@ -88,7 +92,8 @@ func newRouter(store inbox.Store, pubSub *gochannel.GoChannel, count *counter) (
 	if err != nil {
 		return nil, err
 	}
-	poisonQueue, err := middleware.PoisonQueue(pubSub, topic+"_poison")
+	logger := watermill.NewStdLogger(false, false) // the retried and the poisoned failures, to stderr
+	poisonQueue, err := middleware.PoisonQueueWithFilter(pubSub, topic+"_poison", inbox.Poisonous)
 	if err != nil {
 		return nil, err
 	}
@@ -97,9 +102,16 @@ func newRouter(store inbox.Store, pubSub *gochannel.GoChannel, count *counter) (
 		return nil, err
 	}
 	router.AddMiddleware(count.deliveries) // not part of the stack: counts deliveries for the table
-	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond}
+	retry := middleware.Retry{
+		MaxRetries:      math.MaxInt32, // no count: inbox.ShouldRetry decides when to stop
+		InitialInterval: 50 * time.Millisecond,
+		Multiplier:      1.5,
+		MaxInterval:     2 * time.Second,              // a database that is away is tried every 2 s
+		ShouldRetry:     inbox.ShouldRetry(3, logger), // the message's own failure: 3 retries, then the poison queue
+		Logger:          logger,                       // logs each failure it retries
+	}
 	router.AddMiddleware(
-		poisonQueue,                        // outermost: takes what every retry failed
+		poisonQueue,                        // outermost: takes the message's own failures, not the database's
 		retry.Middleware,                   // each attempt claims in a fresh transaction
 		middleware.Recoverer,               // a panic becomes an error that Retry retries
 		inboxMiddleware,                    // claim; handler; commit or roll back

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -630,4 +631,16 @@ func TestErrorsNeverShowTheDSNsPassword(t *testing.T) {
 			}
 		}
 	}
+}
+
+// check as a readiness exec probe: a database that refuses the connection fails it (exit 1,
+// with the reason), as a missing table does (TestCheckCommand); a good table passes it.
+func TestCheckCommandWithoutTheDatabase(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listener.Addr().String()
+	listener.Close() // nothing listens there now: the connection is refused
+	wantError(t, []string{"check", "-dsn", "postgres://postgres@" + addr + "/test?connect_timeout=5", "-table", "inbox"}, exitFail, "refused")
 }
