@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -75,9 +76,8 @@ func (d *delivery) claimFirst(h message.HandlerFunc) ([]*message.Message, error)
 		}
 		return nil, err
 	}
-	encoded, err := encodeProduced(returned, pubs)
+	encoded, err := d.encode(returned, pubs)
 	if err != nil {
-		d.fail("commit")
 		return nil, errors.Join(err, d.rollback(tx))
 	}
 	// A commit that fails may still have been made durable by the server before the
@@ -97,9 +97,8 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 	if err != nil {
 		return nil, err
 	}
-	encoded, err := encodeProduced(returned, pubs)
+	encoded, err := d.encode(returned, pubs)
 	if err != nil {
-		d.fail("commit")
 		return nil, err
 	}
 	d.begun = time.Now()
@@ -115,6 +114,16 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 		return d.duplicate(prior)
 	}
 	return d.processed(returned, pubs)
+}
+
+// encode makes the record of what the handler produced, or the error that nacks it.
+func (d *delivery) encode(returned []*message.Message, pubs []published) ([]byte, error) {
+	encoded, err := encodeProduced(returned, pubs, d.m.config.MaxRecorded)
+	if err != nil {
+		d.fail("record")
+		return nil, fmt.Errorf("%w (key %q, consumer %q)", err, d.claim.Key, d.claim.Consumer)
+	}
+	return encoded, nil
 }
 
 // run runs the handler with sc in the message context and collects what it produced. A
@@ -149,7 +158,10 @@ func (d *delivery) run(h message.HandlerFunc, sc *scope, onPanic func()) (
 // handler run produced, unless its payload differs and the policy rejects that.
 func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 	d.outcome = "duplicate"
-	if d.claim.Fingerprint != nil && prior.Fingerprint != nil && !bytes.Equal(d.claim.Fingerprint, prior.Fingerprint) {
+	// A claim stored without a fingerprint does not match a copy that has one: otherwise a
+	// first message whose Fingerprint was nil (a fingerprint over a field it lacked, say)
+	// would turn the check off for its key. A copy without one compares nothing.
+	if d.claim.Fingerprint != nil && !bytes.Equal(d.claim.Fingerprint, prior.Fingerprint) {
 		d.m.metrics.mismatches.Add(d.ctx, 1, d.attrs.add...)
 		mismatch := &FingerprintMismatchError{Consumer: d.claim.Consumer, Key: d.claim.Key, Stored: prior.Fingerprint, Received: d.claim.Fingerprint}
 		if d.m.config.OnFingerprintMismatch == RejectMismatch {
@@ -253,8 +265,19 @@ func (d *delivery) fail(stage string) {
 	d.m.metrics.fail(d.ctx, d.claim.Consumer, d.handler, stage)
 }
 
-// fields are the log fields of the delivery, built only when something is logged.
+// fields are the log fields of the delivery, built only when something is logged. The
+// consumer and the key hold no control characters (invalidText); the UUID, which is not the
+// key under KeyFromMetadata, is quoted when it holds one, so that it cannot forge a log line.
 func (d *delivery) fields() watermill.LogFields {
-	return watermill.LogFields{"consumer": d.claim.Consumer, "handler_name": d.handler, "message_uuid": d.msg.UUID,
+	return watermill.LogFields{"consumer": d.claim.Consumer, "handler_name": d.handler, "message_uuid": logSafe(d.msg.UUID),
 		"idempotency_key": d.claim.Key}
+}
+
+// logSafe returns s, or s quoted as a Go string when it is not valid UTF-8 or holds a control
+// character.
+func logSafe(s string) string {
+	if invalidText(s) == "" {
+		return s
+	}
+	return strconv.Quote(s)
 }

@@ -39,7 +39,7 @@ var documentedCommands = []struct {
 	{pattern: `^go mod edit -require github\.com/twmb/franz-go/pkg/kfake@\S+ -require github\.com/twmb/franz-go@\S+ -require github\.com/twmb/franz-go/pkg/kmsg@\S+$`, test: "TestKfakeSnippet"},
 	{pattern: `^go run \.$`, test: "TestKfakeSnippet"},
 	// Run as written, in order, against SQLite.
-	{pattern: `^go run \./cmd/watermill-inbox (schema|migrate|check|cleanup|stats) `, test: "TestDocumentedCommands"},
+	{pattern: `^go run \./cmd/watermill-inbox (schema|migrate|check|cleanup|stats)( |$)`, test: "TestDocumentedCommands"},
 	// goose's and golang-migrate's commands front their libraries, which the test runs
 	// in-process on the files the CLI writes.
 	{pattern: `^goose -dir migrations (postgres|mysql|sqlite3) "\$DATABASE_URL" up$`, test: "TestMigrationToolsCreateTheTable"},

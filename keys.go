@@ -42,7 +42,10 @@ func (c Config) key(msg *message.Message) (string, error) {
 	return key, nil
 }
 
-// invalidText says why s cannot be stored as a key column value on every dialect, or "".
+// invalidText says why s cannot be a key or a consumer name, or "": not every dialect can
+// store invalid UTF-8 or a NUL byte, and a control character (C0, DEL or C1) would reach log
+// lines and terminals raw, where a newline forges a log line and an escape sequence drives the
+// terminal (Watermill's loggers do not escape field values).
 func invalidText(s string) string {
 	if !utf8.ValidString(s) {
 		return "not valid UTF-8"
@@ -50,8 +53,16 @@ func invalidText(s string) string {
 	if strings.IndexByte(s, 0) >= 0 {
 		return "contains a NUL byte"
 	}
+	for i, r := range s {
+		if isControl(r) {
+			return fmt.Sprintf("contains the control character %U at byte %d", r, i)
+		}
+	}
 	return ""
 }
+
+// isControl reports the C0 controls, DEL and the C1 controls (U+0080 to U+009F).
+func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
 
 // UUIDKey is the default key function: the message's UUID, set once by its producer.
 func UUIDKey(msg *message.Message) (string, error) { return msg.UUID, nil }
@@ -89,5 +100,12 @@ const (
 	// AckMismatch logs the *FingerprintMismatchError at error level and acks the message as
 	// a duplicate. Choose it when producers legitimately re-serialise a payload differently
 	// (a timestamp of sending inside it, say) and a key can be trusted alone.
+	//
+	// With a key the producer chooses (KeyFromMetadata: an order number), it lets whoever
+	// sends a key first own it: a message that reuses another's business key, by mistake or on
+	// purpose, is processed under it, and the real message is then acked without running,
+	// with the first one's recorded messages published again in its name. Under RejectMismatch
+	// the real message is nacked and shows; under AckMismatch only the error log shows it. Use
+	// it with such keys only when every producer of the topic is trusted.
 	AckMismatch
 )

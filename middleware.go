@@ -35,7 +35,8 @@ type Config struct {
 	// router handler's name gives competing handlers a consumer each, so a copy that reaches
 	// another of them runs again, and a renamed handler runs again what it processed before
 	// the rename; the subscribed topic gives fan-out handlers one consumer, so all but the
-	// first would ack every message unprocessed.
+	// first would ack every message unprocessed. A name is at most MaxConsumerLength bytes of
+	// UTF-8 without control characters, here and in ConsumerByHandler.
 	Consumer string
 
 	// ConsumerByHandler maps the name of the router handler a message arrives through
@@ -56,14 +57,20 @@ type Config struct {
 	// NewMiddleware copies it: changing it afterwards changes nothing.
 	ConsumerByHandler map[string]string
 
-	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8.
+	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8 without
+	// control characters.
 	// Default: UUIDKey (msg.UUID). KeyFromMetadata reads a business key instead. An empty
 	// key fails the message with an error wrapping ErrInvalidKey; it is never skipped
 	// silently.
 	Key func(*message.Message) (string, error)
 
 	// Fingerprint returns a fingerprint of the message, stored with the claim and compared
-	// when a duplicate arrives. Default: PayloadSHA256. Return nil to store and compare none.
+	// when a duplicate arrives. Default: PayloadSHA256. Return nil to store and compare none:
+	// a copy whose fingerprint is nil is not compared, but a copy with one does not match a
+	// claim stored without one (a mismatch, see OnFingerprintMismatch), so that a first
+	// message without a fingerprint cannot turn the check off for its key. A Fingerprint
+	// turned on for a consumer that had none makes the duplicates of its earlier claims
+	// mismatches until retention deletes them: use AckMismatch for that while.
 	Fingerprint func(*message.Message) []byte
 
 	// OnFingerprintMismatch is what happens to a duplicate whose fingerprint differs from the
@@ -102,6 +109,15 @@ type Config struct {
 	// duplicate fails with ErrNoPublisher.
 	Publisher *Publisher
 
+	// MaxRecorded is the largest record, in bytes, of the messages a handler returns or
+	// publishes through a Publisher: their UUIDs, metadata and payloads, encoded (base64 in
+	// JSON, about 4/3 of the raw bytes), which the middleware stores with the claim so that a
+	// duplicate can publish them again. A handler that produces more fails with an error
+	// wrapping ErrRecordTooLarge before anything of it is sent to the database. Default:
+	// DefaultMaxRecorded (4 MiB), which a MySQL request carries, hex-encoded, within the
+	// server's default max_allowed_packet (16 MiB on MariaDB). Negative is refused.
+	MaxRecorded int64
+
 	// MeterProvider receives the middleware's OpenTelemetry metrics, named in package
 	// inboxotel. Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
@@ -111,6 +127,9 @@ type Config struct {
 	// provider, otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 }
+
+// DefaultMaxRecorded is the default of Config.MaxRecorded.
+const DefaultMaxRecorded = 4 << 20 // 4 MiB
 
 // endTimeout bounds COMMIT and ROLLBACK, which run detached from the message context: a
 // subscriber that cancels the context while it closes must not fail the commit of a handler
@@ -124,6 +143,9 @@ func (c *Config) setDefaults() {
 	if c.Fingerprint == nil {
 		c.Fingerprint = PayloadSHA256
 	}
+	if c.MaxRecorded == 0 {
+		c.MaxRecorded = DefaultMaxRecorded
+	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
 	}
@@ -135,6 +157,9 @@ func (c *Config) setDefaults() {
 func (c Config) validate() error {
 	if c.OnFingerprintMismatch != RejectMismatch && c.OnFingerprintMismatch != AckMismatch {
 		return fmt.Errorf("inbox: unknown OnFingerprintMismatch policy %d", c.OnFingerprintMismatch)
+	}
+	if c.MaxRecorded < 0 {
+		return fmt.Errorf("inbox: negative MaxRecorded %d", c.MaxRecorded)
 	}
 	if c.Consumer != "" && c.ConsumerByHandler != nil {
 		return errors.New("inbox: set Consumer or ConsumerByHandler, not both")

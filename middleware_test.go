@@ -254,6 +254,11 @@ func TestBadKeysAreErrorsAndNeverClaimed(t *testing.T) {
 		{"10 KB", func(*message.Message) (string, error) { return strings.Repeat("k", 10<<10), nil }, inbox.ErrInvalidKey},
 		{"invalid UTF-8", func(*message.Message) (string, error) { return "order-\xff", nil }, inbox.ErrInvalidKey},
 		{"NUL byte", func(*message.Message) (string, error) { return "order\x00-1", nil }, inbox.ErrInvalidKey},
+		{"newline", func(*message.Message) (string, error) { return "order-1\n[watermill] forged", nil }, inbox.ErrInvalidKey},
+		{"tab", func(*message.Message) (string, error) { return "order\t1", nil }, inbox.ErrInvalidKey},
+		{"ESC", func(*message.Message) (string, error) { return "order\x1b]0;title\x07", nil }, inbox.ErrInvalidKey},
+		{"DEL", func(*message.Message) (string, error) { return "order\x7f", nil }, inbox.ErrInvalidKey},
+		{"C1 CSI", func(*message.Message) (string, error) { return "order\u009b2J", nil }, inbox.ErrInvalidKey},
 		{"key function error", func(*message.Message) (string, error) { return "", errKeyFunc }, errKeyFunc},
 	}
 	for _, tt := range tests {
@@ -334,6 +339,18 @@ func TestConstructorRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := inbox.NewMiddleware(newFakeStore(), inbox.Config{Consumer: "bad\xff"}, nil); err == nil || !strings.Contains(err.Error(), "inbox: consumer name") {
 		t.Errorf("invalid UTF-8 consumer: err = %v, want a refusal of the consumer name", err)
+	}
+	for _, consumer := range []string{"evil\x1b]0;TITLE\x07\x1b[2J", "billing\n", "billing\x7f", "billing\u0085"} {
+		for _, config := range []inbox.Config{{Consumer: consumer}, {ConsumerByHandler: map[string]string{"h": consumer}}} {
+			_, err := inbox.NewMiddleware(newFakeStore(), config, nil)
+			if err == nil || !strings.Contains(err.Error(), "control character") {
+				t.Errorf("consumer %q: err = %v, want a refusal naming the control character", consumer, err)
+			}
+			// The refusal quotes the name: it cannot drive the terminal it is printed on.
+			if err != nil && strings.ContainsAny(err.Error(), "\x1b\n\x07\x7f\u0085") {
+				t.Errorf("consumer %q: the error holds the control characters raw: %q", consumer, err)
+			}
+		}
 	}
 }
 
@@ -465,4 +482,34 @@ func (s *fakeStore) committedWrites(consumer, key string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.writes[[2]string{consumer, key}]
+}
+
+// A message UUID cannot forge a log line: under KeyFromMetadata the UUID is not the key, so
+// it is not refused, and the middleware quotes it in its log fields (Watermill's
+// StdLoggerAdapter writes field values as they are).
+func TestControlCharactersInTheUUIDDoNotForgeLogLines(t *testing.T) {
+	var out strings.Builder
+	logger := watermill.NewStdLoggerWithOut(&out, true, false)
+	config := inbox.Config{Consumer: "billing", Key: inbox.KeyFromMetadata("order_id"), OnFingerprintMismatch: inbox.AckMismatch}
+	handler := newHandler(t, newFakeStore(), config, logger, func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	forged := "x\n[watermill] 2026/12/02 00:00:00.000000 auth.go:1: level=INFO  msg=\"admin login ok\" \x1b[2J"
+	for _, payload := range []string{"a", "a", "b"} { // first, duplicate (debug line), mismatch (error line)
+		msg := message.NewMessage(forged, []byte(payload))
+		msg.Metadata.Set("order_id", "order-1")
+		if _, err := handler(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logged := out.String()
+	if !strings.Contains(logged, "duplicate message skipped") || !strings.Contains(logged, "different payload acked") {
+		t.Fatalf("the duplicate and the mismatch were not logged:\n%s", logged)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(logged, "\n"), "\n") {
+		if !strings.Contains(strings.ToLower(line), `msg="inbox: `) {
+			t.Errorf("a line the middleware did not write: %q", line)
+		}
+	}
+	if strings.Contains(logged, "\x1b") {
+		t.Errorf("an escape sequence reached the log raw:\n%q", logged)
+	}
 }

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
@@ -48,10 +49,17 @@ type published struct {
 
 const producedVersion = 3
 
-// encodeProduced returns nil when there is nothing to record.
-func encodeProduced(returned []*message.Message, pubs []published) ([]byte, error) {
+// encodeProduced returns nil when there is nothing to record, and an error wrapping
+// ErrRecordTooLarge for a record of more than limit bytes. A record that is far too large
+// (a payload of 100 MB) is refused before it is encoded, by the encoded size of its fields
+// alone, so that refusing it allocates nothing of its size; one near the limit is refused
+// by its exact size, after encoding.
+func encodeProduced(returned []*message.Message, pubs []published, limit int64) ([]byte, error) {
 	if len(returned) == 0 && len(pubs) == 0 {
 		return nil, nil
+	}
+	if least := leastEncodedSize(returned, pubs); least > limit {
+		return nil, recordTooLarge(fmt.Sprintf("more than %d bytes", least), len(returned)+len(pubs), limit)
 	}
 	record := producedRecord{Version: producedVersion, Messages: make([]producedMessage, len(returned))}
 	for i, msg := range returned {
@@ -64,7 +72,39 @@ func encodeProduced(returned []*message.Message, pubs []published) ([]byte, erro
 	if err != nil {
 		return nil, fmt.Errorf("inbox: encode produced messages: %w", err)
 	}
+	if int64(len(encoded)) > limit {
+		return nil, recordTooLarge(fmt.Sprintf("%d bytes", len(encoded)), len(returned)+len(pubs), limit)
+	}
 	return encoded, nil
+}
+
+func recordTooLarge(size string, messages int, limit int64) error {
+	return fmt.Errorf("%w: the record of the %d message(s) the handler returned or published is %s, Config.MaxRecorded is %d: "+
+		"make the handler produce less (a reference to a large payload stored elsewhere, not the payload) or raise "+
+		"MaxRecorded (and, on MySQL, max_allowed_packet), then send the message again", ErrRecordTooLarge, messages, size, limit)
+}
+
+// leastEncodedSize is a lower bound of the size of the encoded record: the base64 of every
+// UUID, topic, metadata field and payload, without the JSON around them.
+func leastEncodedSize(returned []*message.Message, pubs []published) int64 {
+	var n int64
+	field := func(length int) { n += int64(base64.StdEncoding.EncodedLen(length)) }
+	msg := func(m *message.Message) {
+		field(len(m.UUID))
+		field(len(m.Payload))
+		for k, v := range m.Metadata {
+			field(len(k))
+			field(len(v))
+		}
+	}
+	for _, m := range returned {
+		msg(m)
+	}
+	for _, p := range pubs {
+		field(len(p.topic))
+		msg(p.msg)
+	}
+	return n
 }
 
 func encodeMessage(msg *message.Message) producedMessage {

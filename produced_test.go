@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -83,6 +84,45 @@ func TestFingerprintMismatchPolicies(t *testing.T) {
 		for _, payload := range []string{"a", "b"} {
 			if _, err := handler(message.NewMessage("k", []byte(payload))); err != nil {
 				t.Fatalf("payload %q: %v", payload, err)
+			}
+		}
+	})
+	// A claim stored without a fingerprint (by a Fingerprint that returned nil for the first
+	// message) does not match a copy with one; a copy without one compares nothing.
+	t.Run("stored without a fingerprint", func(t *testing.T) {
+		byField := func(msg *message.Message) []byte {
+			if v := msg.Metadata.Get("amount"); v != "" {
+				return []byte(v)
+			}
+			return nil
+		}
+		withAmount := func(amount string) *message.Message {
+			msg := message.NewMessage("k", nil)
+			msg.Metadata.Set("amount", amount)
+			return msg
+		}
+		for _, policy := range []inbox.MismatchPolicy{inbox.RejectMismatch, inbox.AckMismatch} {
+			store := newFakeStore()
+			runs := 0
+			handler := newHandler(t, store, inbox.Config{Consumer: "billing", Fingerprint: byField, OnFingerprintMismatch: policy}, nil,
+				func(*message.Message) ([]*message.Message, error) { runs++; return nil, nil })
+			if _, err := handler(message.NewMessage("k", nil)); err != nil { // stored without one
+				t.Fatal(err)
+			}
+			_, err := handler(withAmount("100"))
+			var mismatch *inbox.FingerprintMismatchError
+			switch {
+			case policy == inbox.RejectMismatch && (!errors.As(err, &mismatch) || mismatch.Stored != nil ||
+				!strings.Contains(err.Error(), "fingerprint none, this copy has 313030")):
+				t.Errorf("reject: err = %v, want a *FingerprintMismatchError with no stored fingerprint", err)
+			case policy == inbox.AckMismatch && err != nil:
+				t.Errorf("ack: err = %v", err)
+			}
+			if _, err := handler(message.NewMessage("k", []byte("other"))); err != nil {
+				t.Errorf("policy %d: a copy without a fingerprint: %v, want a duplicate", policy, err)
+			}
+			if runs != 1 {
+				t.Errorf("policy %d: the handler ran %d times", policy, runs)
 			}
 		}
 	})

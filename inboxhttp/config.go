@@ -44,7 +44,9 @@ type Config struct {
 	// MaxRecordedBody is the largest response body recorded with the claim. A larger one is
 	// sent to its client in full, after the commit, but recorded without its body: a replay
 	// has its status and headers, no body, and HeaderBodyOmitted. Default:
-	// DefaultMaxRecordedBody (1 MiB).
+	// DefaultMaxRecordedBody (1 MiB). The inbox middleware's bound on a record
+	// (inbox.Config.MaxRecorded) is set to hold such a body with its headers: at least
+	// inbox.DefaultMaxRecorded, more for a MaxRecordedBody above about 3 MiB.
 	MaxRecordedBody int64
 
 	// ReplayHeaders are response headers of the handler's own that a record keeps and a
@@ -76,6 +78,15 @@ func (c *Config) setDefaults() {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
+}
+
+// recordedHeaders is room in a record for the response's status and replayed headers.
+const recordedHeaders = 256 << 10
+
+// maxRecorded is the inbox middleware's MaxRecorded: enough for a body of MaxRecordedBody
+// bytes, base64-encoded in the record, and its headers.
+func (c Config) maxRecorded() int64 {
+	return max(inbox.DefaultMaxRecorded, (c.MaxRecordedBody+2)/3*4+recordedHeaders)
 }
 
 func (c Config) validate() error {

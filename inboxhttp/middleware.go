@@ -60,6 +60,7 @@ func New(store inbox.Store, config Config, logger watermill.LoggerAdapter) (func
 		Fingerprint:    requestFingerprint,
 		WriteBehind:    config.WriteBehind,
 		Publisher:      config.Publisher,
+		MaxRecorded:    config.maxRecorded(),
 		MeterProvider:  config.MeterProvider,
 		TracerProvider: config.TracerProvider,
 	}, logger)

@@ -25,7 +25,8 @@ const (
 	// true; its "consumer" attribute is "".
 	MetricSkipped = "inbox.messages.skipped"
 	// MetricFailed counts messages nacked by the inbox itself; "stage" says where: "key"
-	// (no key or consumer), "claim" (begin or claim failed), "commit" or "publish" (publishing
+	// (no key or consumer), "claim" (begin or claim failed), "record" (what the handler
+	// produced is larger than the middleware's MaxRecorded), "commit" or "publish" (publishing
 	// what a handler published through a Publisher).
 	MetricFailed = "inbox.messages.failed"
 	// MetricClaimDuration is the time from BEGIN to the claim's answer, in seconds.

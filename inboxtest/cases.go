@@ -355,6 +355,9 @@ func testBadKeys(t *testing.T, s *suite) {
 		{"empty UUID", "", inbox.ErrInvalidKey},
 		{"one byte too long", strings.Repeat("k", inbox.MaxKeyLength+1), inbox.ErrInvalidKey},
 		{"invalid UTF-8", "order-\xff\xfe", inbox.ErrInvalidKey},
+		{"a newline", "order-1\n[watermill] forged line", inbox.ErrInvalidKey},
+		{"an escape sequence", "order-1\x1b]0;title\x07", inbox.ErrInvalidKey},
+		{"a C1 control", "order-1\u009b2J", inbox.ErrInvalidKey},
 	} {
 		if err := Deliver(context.Background(), h, tc.key); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)

@@ -82,6 +82,11 @@ func badInputCases() []badInputCase {
 			wantErr: inbox.ErrInvalidKey, redelivery: "rejected",
 		},
 		{
+			name:    "UUID with a control character is ErrInvalidKey",
+			msg:     func() *message.Message { return message.NewMessage("order\n\x1b[2J"+watermill.NewUUID(), []byte("{}")) },
+			wantErr: inbox.ErrInvalidKey, redelivery: "rejected",
+		},
+		{
 			name: "odd metadata keys and values do not disturb processing",
 			msg: func() *message.Message {
 				msg := message.NewMessage(watermill.NewUUID(), []byte("{}"))

@@ -18,8 +18,10 @@ import (
 
 // The MySQL character sets in which go-sql-driver/mysql's client-side escaping
 // (interpolateParams=true) can be undone, each with a character whose UTF-8 ends in a byte
-// that makes one character with the backslash the driver puts before a quote.
-var unsafeCharsets = map[string]string{"gbk": "\u0801", "sjis": "\u0081", "cp932": "\u0081", "big5": "\u0821"}
+// that makes one character with the backslash the driver puts before a quote. For SJIS and
+// CP932 it is U+0101 (C4 81), which ends in the byte of U+0081 (C2 81) and breaks out the
+// same way: U+0081 is a C1 control character, which a key may not hold (ErrInvalidKey).
+var unsafeCharsets = map[string]string{"gbk": "\u0801", "sjis": "\u0101", "cp932": "\u0101", "big5": "\u0821"}
 
 // mysqlStoreKinds are the constructors of MySQL stores, by name.
 var mysqlStoreKinds = []string{"NewDB", "NewMultiStatement"}

@@ -1,8 +1,12 @@
 package integration
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -49,5 +53,42 @@ func TestPgxEveryQueryExecMode(t *testing.T) {
 			})
 			t.Run("write-behind unique error", func(t *testing.T) { testWriteBehindUniqueViolation(t, newBackend(t)) })
 		})
+	}
+}
+
+// A syntax error in a queued statement is reported for what it is: in the simple protocol
+// pgx sends a batch as one query string and the server refuses all of it (the error comes
+// back as the first statement's), so the store says that the whole batch was refused,
+// neither "begin" nor another statement; in the other modes it names the statement. In both
+// modes, nothing is committed.
+func TestPgxSyntaxErrorInAQueuedStatementIsReportedForTheBatch(t *testing.T) {
+	for _, tt := range []struct {
+		mode pgx.QueryExecMode
+		want string
+	}{
+		{pgx.QueryExecModeSimpleProtocol, "the server refused the whole batch and ran none of it"},
+		{pgx.QueryExecModeExec, "queued statement 2: "},
+	} {
+		b := pgxBackendWith(t, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = tt.mode })
+		for _, writeBehind := range []bool{false, true} {
+			mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing", WriteBehind: writeBehind}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				ctx := msg.Context()
+				return nil, errors.Join(
+					inbox.ExecAtCommit(ctx, "INSERT INTO "+b.business+" (consumer, msg_key) VALUES ($1, $2)", "billing", msg.UUID),
+					inbox.ExecAtCommit(ctx, "INSERT INTO "+b.business+" (consumer, msg_key) VALUES ('billing', 'unclosed'"),
+					inbox.ExecAtCommit(ctx, "SELECT 1"))
+			})
+			key := watermill.NewUUID()
+			_, err = h(message.NewMessage(key, nil))
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "begin:") {
+				t.Errorf("%v, write-behind %v: err = %v, want one saying %q", tt.mode, writeBehind, err, tt.want)
+			}
+			wantRows(t, "claims", b.claims(t, "billing", key), 0)
+			wantRows(t, "invoices", b.invoices(t, "billing", key), 0)
+		}
 	}
 }

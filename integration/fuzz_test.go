@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -19,9 +20,8 @@ import (
 
 // FuzzKeyClaimedOnceOrRejected sends any string as a message UUID (the default key) through
 // the middleware to a real store (SQLite in a temporary directory). Either the key is
-// rejected before anything is claimed, with ErrInvalidKey, ErrInvalidKey or ErrInvalidKey
-// exactly when the documented rules say so, or it is claimed exactly once: the handler runs
-// once, sees the key unchanged through KeyFromContext, the inbox row holds the same bytes,
+// rejected before anything is claimed, with ErrInvalidKey, exactly when the documented rules
+// say so, or it is claimed exactly once: the handler runs once, sees the key unchanged through KeyFromContext, the inbox row holds the same bytes,
 // and a second delivery is a duplicate.
 //
 // Seeds are in testdata/fuzz/FuzzKeyClaimedOnceOrRejected; run it with
@@ -31,7 +31,7 @@ func FuzzKeyClaimedOnceOrRejected(f *testing.F) {
 	for _, seed := range []string{
 		"", "order-1", "é", "\x00", "a\x00b", "\xff", "\xc3\x28", strings.Repeat("k", inbox.MaxKeyLength),
 		strings.Repeat("k", inbox.MaxKeyLength+1), strings.Repeat("é", inbox.MaxKeyLength/2) + "x", "'; DROP TABLE inbox; --",
-		" ", "A", "a", "\U0010FFFF", "\uFEFF",
+		" ", "A", "a", "\U0010FFFF", "\uFEFF", "a\nb", "\x1b[2J", "\x7f", "\u0085", "\u00a0",
 	} {
 		f.Add(seed)
 	}
@@ -120,8 +120,13 @@ func referenceKeyRejection(key string) error {
 		return inbox.ErrInvalidKey
 	case len(key) > inbox.MaxKeyLength:
 		return inbox.ErrInvalidKey
-	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
+	case !utf8.ValidString(key):
 		return inbox.ErrInvalidKey
+	}
+	for _, r := range key {
+		if unicode.Is(unicode.Cc, r) { // C0, DEL and C1: the control characters of Unicode
+			return inbox.ErrInvalidKey
+		}
 	}
 	return nil
 }

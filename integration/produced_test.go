@@ -185,6 +185,22 @@ func TestDuplicateWithDifferentPayload(t *testing.T) {
 			t.Error("AckMismatch did not log the mismatch as an error")
 		}
 		wantRows(t, "invoices", b.invoices(t, "billing", key), 1)
+
+		// A claim stored without a fingerprint (payload_hash NULL) does not match a copy with
+		// one: the check is not off for its key.
+		unhashed := watermill.NewUUID()
+		none, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing", Fingerprint: func(*message.Message) []byte { return nil }}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := deliverPayload(none(func(*message.Message) ([]*message.Message, error) { return nil, nil }), unhashed, first); err != nil {
+			t.Fatal(err)
+		}
+		wantRows(t, "claims without a fingerprint", b.rows(t, b.table, "WHERE payload_hash IS NULL"), 1)
+		err = deliverPayload(reject, unhashed, first)
+		if !errors.As(err, &mismatch) || len(mismatch.Stored) != 0 || string(mismatch.Received) != string(stored[:]) {
+			t.Errorf("a copy with a fingerprint of a claim stored without one: err = %v, want a *FingerprintMismatchError", err)
+		}
 	})
 }
 

@@ -59,8 +59,10 @@ func checkCanary(t *testing.T, b *backend, canary string) {
 // hostileValues are the strings the tests put in every field of a message: SQL that ends a
 // string or identifier and runs, and, for the MySQL connections in GBK, SJIS, CP932 and
 // BIG5, valid UTF-8 whose last byte makes one character with the backslash that
-// client-side escaping puts before a quote (U+0801 in GBK, U+0081 in SJIS and CP932, U+0821
+// client-side escaping puts before a quote (U+0801 in GBK, U+0101 in SJIS and CP932, U+0821
 // in BIG5), followed by SQL that drops the canary, empties the inbox or plants a claim.
+// (U+0081 breaks out in SJIS and CP932 too, but it is a control character, which a key may
+// not hold: U+0101 ends in the same byte.)
 func hostileValues(b *backend, canary string) []string {
 	values := []string{
 		"'; DROP TABLE " + canary + "; --",
@@ -75,7 +77,7 @@ func hostileValues(b *backend, canary string) []string {
 		"'||(SELECT v FROM " + canary + ")||'",
 		"?", "$1", "%s%s%s", "/*", "*/", "--", ";",
 	}
-	for _, lead := range []string{"\u0801", "\u0081", "\u0821", "中"} {
+	for _, lead := range []string{"\u0801", "\u0101", "\u0821", "中"} {
 		values = append(values,
 			lead+"'); DROP TABLE "+canary+"; -- ",
 			lead+"', NULL); DROP TABLE "+canary+"; -- ",

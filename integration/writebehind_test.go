@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"testing"
@@ -91,7 +92,11 @@ func TestWriteBehindCopyWaitsForTheKeysHolder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := tx.Exec(ctx, `INSERT INTO "`+b.table+`" (consumer, message_id) VALUES ('billing', $1)`, key); err != nil {
+				// The holder's claim has the copy's fingerprint (deliver sends no payload): a
+				// claim stored without one would not match it.
+				fingerprint := sha256.Sum256(nil)
+				if _, err := tx.Exec(ctx, `INSERT INTO "`+b.table+`" (consumer, message_id, payload_hash) VALUES ('billing', $1, $2)`,
+					key, fingerprint[:]); err != nil {
 					t.Fatal(err)
 				}
 

@@ -135,7 +135,8 @@ func (t *claimedTx) Commit(ctx context.Context, produced []byte) error {
 	if errors.Is(err, inbox.ErrTxEndedByHandler) {
 		return err
 	}
-	return t.session.abort(ctx, t.store.failure(statements, failed, err, "commit request"))
+	err = t.session.abort(ctx, t.store.failure(statements, failed, err, "commit request"))
+	return t.store.explainSize(ctx, statements, err)
 }
 
 // Rollback ends the transaction and releases the connection.

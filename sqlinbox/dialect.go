@@ -146,6 +146,10 @@ type Dialect interface {
 
 	// dialect is unexported so that every Dialect embeds a shipped one.
 	dialect()
+	// requestLimit returns a query of one integer, the most bytes the server accepts in one
+	// request, asked only after a large request failed, to say why; "" if the database has no
+	// such limit that matters.
+	requestLimit() string
 }
 
 // MultiStatementSQL says that a database runs a multi-statement request (statements separated

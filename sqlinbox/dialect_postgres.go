@@ -19,6 +19,9 @@ type postgres struct{}
 
 func (postgres) dialect() {}
 
+// requestLimit: no limit near a record the middleware accepts (a bytea holds 1 GB).
+func (postgres) requestLimit() string { return "" }
+
 func (postgres) Name() string { return "postgres" }
 
 func (postgres) ParseTable(name string) (Table, error) { return parseQualified(name, doubleQuote) }

@@ -19,6 +19,9 @@ type sqlite struct{}
 
 func (sqlite) dialect() {}
 
+// requestLimit: no limit near a record the middleware accepts (SQLITE_MAX_LENGTH, 1 GB).
+func (sqlite) requestLimit() string { return "" }
+
 func (sqlite) Name() string { return "sqlite" }
 
 // ParseTable accepts no schema: in SQLite another schema is an attached database, which every

@@ -47,6 +47,7 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*Store, error) {
 	}
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
 	p.begin, p.selectClaim, p.named, p.describes = s.sql.begin, s.sql.selectClaim, namesStatements(mode), mode == pgx.QueryExecModeDescribeExec
+	p.simple = mode == pgx.QueryExecModeSimpleProtocol
 	return s, nil
 }
 
@@ -60,6 +61,9 @@ type pgxPool struct {
 	// name too (see prepare). describes is set in QueryExecModeDescribeExec, where pgx
 	// describes every batch before it sends it.
 	named, describes bool
+	// simple is set in QueryExecModeSimpleProtocol, where pgx sends a batch as one query
+	// string (see refusedWhole).
+	simple bool
 
 	// prepared counts the queued statement texts that batches prepare by name on each
 	// connection, up to maxNamedStatements; see prepare.

@@ -94,7 +94,11 @@ func (s *pgxSession) commit(ctx context.Context, statements []statement) (int, e
 		batch.Queue(st.sql, st.args...)
 	}
 	batch.Queue(sqlCommit)
-	return sendBatch(ctx, c, batch)
+	failed, err := sendBatch(ctx, c, batch)
+	if s.pool.simple && refusedWhole(failed, err) {
+		return failedUnknown, fmt.Errorf("%w (%s)", err, refusedWholeNote)
+	}
+	return failed, err
 }
 
 func (s *pgxSession) run(ctx context.Context, statements []statement) (int, error) {
@@ -109,7 +113,23 @@ func (s *pgxSession) run(ctx context.Context, statements []statement) (int, erro
 	}
 	batch.Queue(sqlCommit)
 	failed, err := sendBatch(ctx, c, batch)
+	if s.pool.simple && refusedWhole(failed, err) {
+		return failedUnknown, fmt.Errorf("%w (%s)", err, refusedWholeNote)
+	}
 	return failed - 1, err // the batch's BEGIN is failedBegin; its COMMIT len(statements)
+}
+
+// In the simple protocol pgx sends a batch as one query string, which the server parses
+// whole before it runs any of it: a syntax error in any statement refuses them all, and
+// comes back as the first statement's error, whichever statement holds it.
+const refusedWholeNote = "the server refused the whole batch and ran none of it: in the simple protocol a syntax error " +
+	"in any of its statements, the handler's queued ones most likely, refuses them all"
+
+// refusedWhole reports whether a batch sent in the simple protocol failed at its first
+// statement with a syntax error, which is the whole batch's.
+func refusedWhole(failed int, err error) bool {
+	var pgErr *pgconn.PgError
+	return failed == 0 && errors.As(err, &pgErr) && pgErr.Code == "42601"
 }
 
 func (s *pgxSession) rollback(ctx context.Context) error { return pgxEnded(s.tx.Rollback(ctx)) }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+
+	inbox "github.com/inboxkit/watermill-inbox"
 )
 
 // IsTransient reports whether err, returned by the store or by a handler's statement on the
@@ -25,9 +27,11 @@ import (
 //     failures, lock timeouts, a read-only or starting server, a Galera node not ready.
 //
 // Everything else is the message's: a constraint that a handler's statement, a queued one or
-// its COMMIT violates, say.
+// its COMMIT violates, say, and a request too large for the server (an error wrapping
+// inbox.ErrRecordTooLarge), even when the server reset the connection over it: every
+// delivery of the message would fail the same way.
 func (s *Store) IsTransient(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, inbox.ErrRecordTooLarge) {
 		return false
 	}
 	var own *storeError

@@ -63,7 +63,7 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	if refused || failed != failedUnknown && (failed < claimAt+1) {
 		return nil, &storeError{err} // BEGIN, the lock timeout or the claim, or the claim's refusal of the connection
 	}
-	return nil, err
+	return nil, s.explainSize(ctx, statements, err)
 }
 
 // queuedStatements are the statements a handler queued, as the store sends them.

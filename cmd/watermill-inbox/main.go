@@ -7,11 +7,13 @@
 //	watermill-inbox migrate -dsn postgres://user@host/db
 //	watermill-inbox check   -dsn postgres://user@host/db
 //	watermill-inbox cleanup -dsn postgres://user@host/db -older-than 14d
-//	watermill-inbox stats   -dsn 'mysql://user:pass@tcp(host:3306)/db'
+//	watermill-inbox stats   -dsn 'mysql://user@tcp(host:3306)/db'
 //
 // The database comes from -dsn or the INBOX_DSN environment variable: postgres:// or
 // postgresql:// URLs (pgx), mysql:// followed by a go-sql-driver/mysql DSN, sqlite:// followed
-// by a file path, or file: URIs (modernc.org/sqlite). PostgreSQL is opened in pgx's exec
+// by a file path, or file: URIs (modernc.org/sqlite). Give a DSN that holds a password in
+// INBOX_DSN: a command line is visible to every user of the machine (ps). No output of the
+// command shows a DSN's password. PostgreSQL is opened in pgx's exec
 // mode unless the DSN sets default_query_exec_mode, so that every command works through a
 // pooler in transaction mode. Without a scheme, name the dialect with
 // -dialect. stats and cleanup refuse a SQLite file that does not exist (SQLite would create
@@ -42,7 +44,7 @@
 //	0  done (also -h)
 //	1  the command failed: no database or table, a table that cannot guard, a failed
 //	   statement, interrupted
-//	2  bad usage: unknown command, flag or dialect, a bad value
+//	2  bad usage: unknown command, flag or dialect, a bad value, a malformed DSN
 //	3  cleanup: another cleanup of the table holds its lock; nothing was deleted
 //
 // The command is package inboxcli with the dialects it ships; a build of one's own can add a

@@ -31,7 +31,7 @@ func mysqlDSN(dsn string) (string, error) {
 	dsn = strings.TrimPrefix(dsn, "mysql://")
 	dsn = strings.TrimPrefix(dsn, "mariadb://")
 	if _, err := mysql.ParseDSN(dsn); err != nil {
-		return "", fmt.Errorf("bad MySQL DSN (want mysql://user:password@tcp(host:3306)/database): %w", err)
+		return "", usageError{fmt.Errorf("bad MySQL DSN (want mysql://user:password@tcp(host:3306)/database): %w", err)}
 	}
 	return dsn, nil
 }

@@ -3,9 +3,11 @@ package inboxcli
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 
@@ -29,10 +31,28 @@ func Postgres() Dialect {
 		Dialect: sqlinbox.Postgres(),
 		Names:   []string{"postgres", "postgresql"},
 		Open: func(dsn string, _ bool) (*sql.DB, error) {
-			return sql.Open("pgx", withExecMode(dsn))
+			dsn = withExecMode(dsn)
+			// pgx parses the DSN only when it connects: parse it first, so that a malformed
+			// one is bad usage (exit 2), not a failed connection.
+			if _, err := pgx.ParseConfig(dsn); err != nil {
+				return nil, usageError{fmt.Errorf("bad PostgreSQL DSN `%s`: %s", redactDSN(dsn), parseReason(err))}
+			}
+			return sql.Open("pgx", dsn)
 		},
 		Hint: postgresHint,
 	}
+}
+
+// parseReason is why pgx refused a DSN, without the DSN, which its error repeats.
+func parseReason(err error) string {
+	msg := err.Error()
+	var parseErr *pgconn.ParseConfigError
+	if errors.As(err, &parseErr) {
+		if _, reason, found := strings.Cut(msg, "`: "); found {
+			return reason
+		}
+	}
+	return msg
 }
 
 // withExecMode adds default_query_exec_mode=exec to dsn, a URL or a keyword/value DSN, unless

@@ -32,7 +32,7 @@ Run "watermill-inbox <command> -h" for the command's flags.
 const (
 	exitOK    = 0 // done; also -h
 	exitFail  = 1 // the command failed: no database, no table, a table that cannot guard, a failed statement, interrupted
-	exitUsage = 2 // bad command line: unknown command, flag or dialect, a bad value
+	exitUsage = 2 // bad command line: unknown command, flag or dialect, a bad value, a malformed DSN
 	exitBusy  = 3 // cleanup only: another cleanup of the table holds its lock; nothing deleted
 )
 
@@ -65,6 +65,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, dialects
 type cli struct {
 	dialects dialects
 	resolved *Dialect
+	dsn      string // the DSN the command resolved, whose passwords its error line never shows
 }
 
 // run runs the command line args and returns the exit status. An error is printed once, on
@@ -78,7 +79,7 @@ func (x *cli) run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if x.resolved != nil {
 		hint = x.resolved.hint(err)
 	}
-	fmt.Fprintln(stderr, "watermill-inbox: "+oneLine(err)+hint)
+	fmt.Fprintln(stderr, "watermill-inbox: "+redact(oneLine(err), x.dsn)+hint)
 	var u usageError
 	switch {
 	case errors.As(err, &u):

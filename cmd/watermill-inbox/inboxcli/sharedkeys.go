@@ -72,7 +72,7 @@ func writeSharedKeys(w io.Writer, total int64, pairs []sharedKeys, claims map[st
 			continue
 		}
 		for _, c := range []string{s.first, s.second} {
-			if !slices.Contains(suspects, c) {
+			if c = printable(c); !slices.Contains(suspects, c) {
 				suspects = append(suspects, c)
 			}
 		}
@@ -97,6 +97,6 @@ func writeSharedTable(w io.Writer, pairs []sharedKeys, claims map[string]int64) 
 		if s.partial(claims) {
 			alone = "yes: one handler under two consumers?"
 		}
-		fmt.Fprintf(w, "%d\t%s, %s\t%s\n", s.keys, s.first, s.second, alone)
+		fmt.Fprintf(w, "%d\t%s, %s\t%s\n", s.keys, printable(s.first), printable(s.second), alone)
 	}
 }

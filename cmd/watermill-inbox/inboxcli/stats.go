@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
@@ -105,7 +107,7 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "CONSUMER\tCLAIMS\tOLDEST\tNEWEST")
 		for _, c := range consumers {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", c.consumer, c.claims, c.oldest, c.newest)
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", printable(c.consumer), c.claims, c.oldest, c.newest)
 		}
 		writeSharedTable(w, shared, claims)
 	}
@@ -148,4 +150,17 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// printable returns a name read from the table as it is, or quoted as a Go string (with
+// escapes) when it is not valid UTF-8 or holds a character strconv.IsPrint refuses (a control
+// character, a bidirectional override, a space other than U+0020): the middleware refuses
+// control characters in consumer names, but a table written by an older release or by hand
+// may hold them, and printed raw they would drive the terminal (an escape sequence) or break
+// the columns (a tab or a newline).
+func printable(s string) string {
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }

@@ -47,6 +47,6 @@ func (c *command) resolve(needDSN bool) (d Dialect, dsn string, err error) {
 	if needDSN && dsn == "" {
 		return d, "", usagef("no database: set -dsn or %s", dsnVar)
 	}
-	c.cli.resolved = &d
+	c.cli.resolved, c.cli.dsn = &d, dsn
 	return d, dsn, nil
 }
