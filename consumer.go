@@ -3,7 +3,7 @@ package inbox
 import "fmt"
 
 // consumer returns the consumer a message that arrives through the router handler named
-// handler is claimed under: Config.Consumer, or ConsumerByHandler's name for the handler.
+// handler is claimed under: [Config.Consumer], or ConsumerByHandler's name for the handler.
 func (c Config) consumer(handler string) (string, error) {
 	if c.Consumer != "" {
 		return c.Consumer, nil
@@ -19,7 +19,7 @@ func (c Config) consumer(handler string) (string, error) {
 	return name, nil
 }
 
-// validateConsumers checks every consumer name the Config can claim under, at construction.
+// validateConsumers checks every consumer name the [Config] can claim under, at construction.
 func (c Config) validateConsumers() error {
 	if c.Consumer != "" {
 		return validateConsumer(c.Consumer)

@@ -14,7 +14,7 @@ import (
 // once, what it claims under: at construction, and when a router handler first sends it a
 // message.
 
-// logConsumers logs the consumer, or the handler-to-consumer map, that NewMiddleware was
+// logConsumers logs the consumer, or the handler-to-consumer map, that [NewMiddleware] was
 // given.
 func (m *middleware) logConsumers() {
 	fields := watermill.LogFields{"write_behind": m.config.WriteBehind}

@@ -11,7 +11,7 @@ type scopeCtxKey struct{}
 // scope is what the middleware puts in the message context while the handler runs: the
 // claimed key, the claim's transaction (nil in write-behind mode) and what the handler
 // queued or published for the commit. It ends when the handler returns. The handler may
-// call ExecAtCommit and Publisher.Publish from several goroutines.
+// call [ExecAtCommit] and [Publisher.Publish] from several goroutines.
 type scope struct {
 	inbox *middleware
 	key   string
@@ -49,7 +49,7 @@ func (c *scope) end() (queued []Statement, published []published) {
 // together with the claim.
 //
 // ok is false when ctx does not come from the inbox middleware, when T is not the store's
-// transaction type, and always in write-behind mode (Config.WriteBehind), where the handler
+// transaction type, and always in write-behind mode ([Config.WriteBehind]), where the handler
 // runs before any transaction begins; it never panics. The transaction belongs to the
 // middleware: do not commit or roll it back in the handler.
 func TxFromContext[T any](ctx context.Context) (tx T, ok bool) {
@@ -72,18 +72,18 @@ func KeyFromContext(ctx context.Context) (key string, ok bool) {
 	return c.key, true
 }
 
-// publishNowCtxKey marks a context that WithPublishNow returned.
+// publishNowCtxKey marks a context that [WithPublishNow] returned.
 type publishNowCtxKey struct{}
 
-// WithPublishNow returns a copy of ctx under which a Publisher publishes at once, outside any
+// WithPublishNow returns a copy of ctx under which a [Publisher] publishes at once, outside any
 // inbox transaction: for code that is not an inbox handler (an HTTP endpoint, a start-up job)
 // and publishes through the same Publisher, or the same cqrs buses, as the handlers:
 //
 //	err := commandBus.Send(inbox.WithPublishNow(r.Context()), cmd)
 //
 // Such a message is not recorded and is tied to no database change: it leaves even if what
-// the caller writes afterwards fails. Without WithPublishNow, a Publisher refuses a message whose
-// context carries no inbox claim (ErrNoHandlerContext). Inside a handler keep the handler's
+// the caller writes afterwards fails. Without [WithPublishNow], a [Publisher] refuses a message whose
+// context carries no inbox claim ([ErrNoHandlerContext]). Inside a handler keep the handler's
 // context: WithPublishNow takes precedence over the claim there too.
 func WithPublishNow(ctx context.Context) context.Context {
 	return context.WithValue(ctx, publishNowCtxKey{}, true)

@@ -42,7 +42,7 @@ func (m *middleware) newDelivery(msg *message.Message) *delivery {
 	return d
 }
 
-// identify decides the message's claim (see Config.claimOf), or the error that nacks it.
+// identify decides the message's claim (see [Config].claimOf), or the error that nacks it.
 func (d *delivery) identify() (err error) {
 	if d.claim, err = d.m.config.claimOf(d.msg, d.handler); err != nil {
 		d.fail("key")
@@ -206,7 +206,7 @@ func (d *delivery) processed(returned []*message.Message, pubs []published) ([]*
 	return returned, nil
 }
 
-// publish sends messages a handler published through a Publisher, after their commit.
+// publish sends messages a handler published through a [Publisher], after their commit.
 func (d *delivery) publish(pubs []published) error {
 	if len(pubs) == 0 {
 		return nil
@@ -267,7 +267,7 @@ func (d *delivery) fail(stage string) {
 
 // fields are the log fields of the delivery, built only when something is logged. The
 // consumer and the key hold no control characters (invalidText); the UUID, which is not the
-// key under KeyFromMetadata, is quoted when it holds one, so that it cannot forge a log line.
+// key under [KeyFromMetadata], is quoted when it holds one, so that it cannot forge a log line.
 func (d *delivery) fields() watermill.LogFields {
 	return watermill.LogFields{"consumer": d.claim.Consumer, "handler_name": d.handler, "message_uuid": logSafe(d.msg.UUID),
 		"idempotency_key": d.claim.Key}

@@ -2,11 +2,11 @@
 // delivered twice (broker redelivery, consumer timeout, an outbox relay restarting) has the
 // same durable effect as one delivered once.
 //
-// The picture in one minute: add the middleware NewMiddleware returns to a router, with a
+// The picture in one minute: add the middleware [NewMiddleware] returns to a router, with a
 // store from package sqlinbox (PostgreSQL, MySQL/MariaDB, SQLite). For every message it
 // begins a transaction and inserts (consumer, message UUID) into an inbox table whose primary
 // key is that pair. The handler writes its business rows through the same transaction
-// (TxFromContext) and returns; the middleware commits, then the router acks. An error or a
+// ([TxFromContext]) and returns; the middleware commits, then the router acks. An error or a
 // panic rolls back, releasing the claim, and the router nacks, so the redelivery runs the
 // handler again. A copy whose key is committed already is acked without running the handler:
 //
@@ -29,10 +29,10 @@
 //
 // # The pattern
 //
-// NewMiddleware returns a router middleware. For every message it begins a database
+// [NewMiddleware] returns a router middleware. For every message it begins a database
 // transaction and claims (consumer, key) in the inbox table, whose primary key is exactly
 // that pair, with an insert that skips a conflict. The handler receives the same
-// transaction through the message context (TxFromContext) and writes its business change
+// transaction through the message context ([TxFromContext]) and writes its business change
 // in it:
 //
 //   - the claim is new: the handler runs; on success the transaction commits and the router
@@ -52,12 +52,12 @@
 //
 // # Consumers
 //
-// Config.Consumer names whose effects a claim guards, and has no default. Handlers that
+// [Config.Consumer] names whose effects a claim guards, and has no default. Handlers that
 // compete for the messages of one queue or consumer group (several router handlers on one
 // RabbitMQ queue, several processes in one Kafka, NATS or Redis Streams group) share one
 // consumer, so that a copy reaching any of them is recognised. Handlers that each must see
 // every message (fan-out, each on its own queue) need a consumer each: one middleware per
-// handler, or Config.ConsumerByHandler, a map written out. Nothing the middleware
+// handler, or [Config.ConsumerByHandler], a map written out. Nothing the middleware
 // sees tells the two apart: the router handler's name would run a copy again on every
 // competing handler, the topic would ack all but one fan-out handler's messages unprocessed.
 //
@@ -75,7 +75,7 @@
 //
 // Effects outside the database cannot be rolled back with the transaction: an email sent or
 // an HTTP call made by a handler whose transaction then fails will be made again on the
-// redelivery. Pass KeyFromContext on as the idempotency key of such calls (payment
+// redelivery. Pass [KeyFromContext] on as the idempotency key of such calls (payment
 // providers and most email APIs accept one).
 //
 // # Handlers that publish
@@ -87,12 +87,12 @@
 // published at least once, never lost.
 //
 // A handler that publishes itself (components/cqrs buses, a publisher called from the
-// handler) does so through a Publisher: inside an inbox handler it records the messages
+// handler) does so through a [Publisher]: inside an inbox handler it records the messages
 // with the claim instead of publishing them, and the middleware publishes them after the
 // commit, and again for every duplicate. A handler that fails after publishing sends
 // nothing. A message must carry the handler's context (cqrs buses pass it on; a handler
 // that builds a message calls msg.SetContext(handlerMsg.Context())): a Publisher refuses
-// one without (ErrNoHandlerContext), and publishes at once only under WithPublishNow, for code
+// one without ([ErrNoHandlerContext]), and publishes at once only under [WithPublishNow], for code
 // that is not a handler.
 //
 // # The two modes
@@ -105,14 +105,14 @@
 //
 // # Observability
 //
-// OpenTelemetry metrics (Config.MeterProvider) and spans (Config.TracerProvider), both
+// OpenTelemetry metrics ([Config.MeterProvider]) and spans ([Config.TracerProvider]), both
 // defaulting to the global providers; package inboxotel names them.
 //
 // # Keys and fingerprints
 //
-// The key is msg.UUID unless Config.Key says otherwise (KeyFromMetadata for a business
+// The key is msg.UUID unless [Config.Key] says otherwise ([KeyFromMetadata] for a business
 // key). Each claim stores a payload fingerprint; a duplicate key with a different payload is
-// a *FingerprintMismatchError, handled as Config.OnFingerprintMismatch says.
+// a *FingerprintMismatchError, handled as [Config.OnFingerprintMismatch] says.
 //
 // # Middleware order
 //
@@ -129,7 +129,7 @@
 // so that every retry runs in a fresh transaction (with Retry inside, a failed attempt's
 // writes would commit together with the retry's), a panic is retried, and a message that
 // cannot be claimed, such as one without a UUID, ends in the poison queue instead of being
-// redelivered for ever. Poisonous and ShouldRetry tell the message's own failure, which goes
+// redelivered for ever. [Poisonous] and [ShouldRetry] tell the message's own failure, which goes
 // to the poison queue after 3 retries, from the infrastructure's (the database away, the
 // table refused, a deadlock), which is retried with a backoff of up to 2 s for as long as it
 // lasts, with no connection held between attempts. Call the store's CheckTable before

@@ -7,7 +7,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
-// Statement is a write deferred with ExecAtCommit: SQL text in the driver's placeholder style
+// Statement is a write deferred with [ExecAtCommit]: SQL text in the driver's placeholder style
 // and its arguments.
 type Statement struct {
 	SQL  string
@@ -23,11 +23,11 @@ type Statement struct {
 // With the default claim-first mode, the statements travel with COMMIT: on pgx a message
 // costs two round trips in all (the claim's and the commit's) however many it defers, and so
 // it does on MySQL with a store made by sqlinbox.NewMultiStatement. In write-behind mode
-// (Config.WriteBehind) they travel with the claim itself: one round trip on pgx and with
+// ([Config.WriteBehind]) they travel with the claim itself: one round trip on pgx and with
 // sqlinbox.NewMultiStatement.
 //
-// ExecAtCommit returns an error wrapping ErrNoHandlerContext for a context that carries no
-// running inbox handler. Use TxFromContext instead for statements whose results the handler
+// [ExecAtCommit] returns an error wrapping [ErrNoHandlerContext] for a context that carries no
+// running inbox handler. Use [TxFromContext] instead for statements whose results the handler
 // needs.
 func ExecAtCommit(ctx context.Context, sql string, args ...any) error {
 	c, ok := scopeFrom(ctx)

@@ -20,7 +20,7 @@ import (
 // because its store reports it so (sqlinbox's Store.IsTransient: the table check's refusal,
 // a connection refused, closed or reset, a deadlock, a lock timeout, a read-only standby, a
 // Galera node not ready, a COMMIT whose outcome is unknown, and more); and for a delivery
-// cancelled (context.Canceled: the router or the subscriber closing, which
+// cancelled ([context.Canceled]: the router or the subscriber closing, which
 // middleware.Retry returns while it waits). A handler's own error is poisonous unless it
 // wraps one the store reports, such as a deadlock of a statement on the inbox transaction,
 // and a handler that failed after its context's deadline (middleware.Timeout inside the
@@ -28,8 +28,8 @@ import (
 // and one that always overruns is the message's problem or the handler's. A network error of
 // the handler's own (a call to another service refused or timed out, a net.Error) reads to
 // the store as a connection's failure, and is retried as long as it lasts too: another
-// service that is away is not the message's fault either. The mark keeps errors.Is and
-// errors.As working on the error it marks.
+// service that is away is not the message's fault either. The mark keeps [errors.Is] and
+// [errors.As] working on the error it marks.
 //
 // A store without an IsTransient(error) bool method marks nothing: every error but a
 // cancellation is poisonous then.
@@ -42,7 +42,7 @@ func Poisonous(err error) bool {
 }
 
 // infrastructureError marks an error that the store reported as a failure of the
-// infrastructure (see Poisonous).
+// infrastructure (see [Poisonous]).
 type infrastructureError struct{ err error }
 
 func (e *infrastructureError) Error() string { return e.err.Error() }
@@ -63,13 +63,13 @@ func (m *middleware) markInfrastructure(err error, overran bool) error {
 }
 
 // ShouldRetry returns a ShouldRetry for Watermill's middleware.Retry that tells the two kinds
-// of failure apart: a failure of the infrastructure (Poisonous reports false) is retried for
+// of failure apart: a failure of the infrastructure ([Poisonous] reports false) is retried for
 // as long as it lasts, with Retry's backoff between attempts; the message's own failure is
 // retried until the delivery has been retried retries times, and then returned, for the
 // poison queue to take. It logs that last failure once, at error level, to logger (nil logs
 // nothing); Retry's Logger logs each failure it retries.
 //
-// Set Retry's MaxRetries above any count it should reach (ShouldRetry decides when to stop)
+// Set Retry's MaxRetries above any count it should reach ([ShouldRetry] decides when to stop)
 // and MaxInterval to cap the wait between attempts, as the recommended stack does:
 //
 //	retry := middleware.Retry{
@@ -86,7 +86,7 @@ func (m *middleware) markInfrastructure(err error, overran bool) error {
 // failure once retries retries have been made. The wait between attempts is outside the
 // inbox middleware, with the claim's transaction ended, so no connection is held while it
 // waits; Retry stops waiting when the message's context is done (the router closing) and
-// returns the context's error, which Poisonous reports false for.
+// returns the context's error, which [Poisonous] reports false for.
 func ShouldRetry(retries int, logger watermill.LoggerAdapter) func(routermw.RetryParams) bool {
 	if logger == nil {
 		logger = watermill.NopLogger{}

@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// claimOf decides what the message is claimed as: its consumer (Config.Consumer, or
-// ConsumerByHandler's for the router handler), its key (Config.Key, checked
+// claimOf decides what the message is claimed as: its consumer ([Config.Consumer], or
+// ConsumerByHandler's for the router handler), its key ([Config.Key], checked
 // against what every dialect can store) and its fingerprint. An error nacks the message;
 // with a bad key, the claim still names its consumer, for the metrics of the failure.
 func (c Config) claimOf(msg *message.Message, handler string) (Claim, error) {
@@ -70,7 +70,7 @@ func UUIDKey(msg *message.Message) (string, error) { return msg.UUID, nil }
 // KeyFromMetadata returns a key function that reads the key from the metadata field. Use it
 // for a business key (an order number, a payment reference) when producers may send the same
 // business event again under a new UUID. A message without the field fails with an error
-// wrapping ErrInvalidKey.
+// wrapping [ErrInvalidKey].
 func KeyFromMetadata(field string) func(*message.Message) (string, error) {
 	return func(msg *message.Message) (string, error) {
 		key := msg.Metadata.Get(field)
@@ -101,11 +101,11 @@ const (
 	// a duplicate. Choose it when producers legitimately re-serialise a payload differently
 	// (a timestamp of sending inside it, say) and a key can be trusted alone.
 	//
-	// With a key the producer chooses (KeyFromMetadata: an order number), it lets whoever
+	// With a key the producer chooses ([KeyFromMetadata]: an order number), it lets whoever
 	// sends a key first own it: a message that reuses another's business key, by mistake or on
 	// purpose, is processed under it, and the real message is then acked without running,
-	// with the first one's recorded messages published again in its name. Under RejectMismatch
-	// the real message is nacked and shows; under AckMismatch only the error log shows it. Use
+	// with the first one's recorded messages published again in its name. Under [RejectMismatch]
+	// the real message is nacked and shows; under [AckMismatch] only the error log shows it. Use
 	// it with such keys only when every producer of the topic is trusted.
 	AckMismatch
 )

@@ -52,7 +52,7 @@ func newMetrics(provider metric.MeterProvider) (*metrics, error) {
 }
 
 // measurementOptions are the option lists of one attribute set, built once: passing a
-// fresh option to Add or Record allocates its list every time.
+// fresh option to Add or [Record] allocates its list every time.
 type measurementOptions struct {
 	add    []metric.AddOption
 	record []metric.RecordOption

@@ -18,7 +18,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
-// Config configures NewMiddleware. Consumer (or ConsumerByHandler) is required; every other
+// Config configures [NewMiddleware]. Consumer (or ConsumerByHandler) is required; every other
 // field has a default.
 type Config struct {
 	// Consumer names the inbox partition: a message is processed once per consumer. Name
@@ -28,19 +28,19 @@ type Config struct {
 	// NATS queue group, a Kafka or Redis Streams consumer group), so that a copy reaching
 	// any of them is recognised. Handlers that must each process every message (fan-out,
 	// each on its own queue or group) need a consumer each: use ConsumerByHandler, or a
-	// middleware of its own per handler (message.Handler.AddMiddleware).
+	// middleware of its own per handler ([message.Handler.AddMiddleware]).
 	//
-	// Required, unless ConsumerByHandler is set: NewMiddleware returns an error wrapping
-	// ErrNoConsumer without either. There is no default because none can be inferred: the
+	// Required, unless ConsumerByHandler is set: [NewMiddleware] returns an error wrapping
+	// [ErrNoConsumer] without either. There is no default because none can be inferred: the
 	// router handler's name gives competing handlers a consumer each, so a copy that reaches
 	// another of them runs again, and a renamed handler runs again what it processed before
 	// the rename; the subscribed topic gives fan-out handlers one consumer, so all but the
-	// first would ack every message unprocessed. A name is at most MaxConsumerLength bytes of
+	// first would ack every message unprocessed. A name is at most [MaxConsumerLength] bytes of
 	// UTF-8 without control characters, here and in ConsumerByHandler.
 	Consumer string
 
 	// ConsumerByHandler maps the name of the router handler a message arrives through
-	// (message.HandlerNameFromCtx) to its consumer, for one middleware on a router whose
+	// ([message.HandlerNameFromCtx]) to its consumer, for one middleware on a router whose
 	// handlers are of different consumers. Handlers that compete for one queue map to one
 	// consumer; handlers that each must see every message, each on its own queue, map to
 	// their own:
@@ -52,29 +52,29 @@ type Config struct {
 	//
 	// Write the map out rather than building it from the handlers' names: a handler renamed
 	// later keeps its consumer by a new entry, and a message from a handler the map does not
-	// name fails with an error wrapping ErrNoConsumer, before any claim or effect, instead of
+	// name fails with an error wrapping [ErrNoConsumer], before any claim or effect, instead of
 	// being processed again under a new name. It cannot be combined with Consumer.
-	// NewMiddleware copies it: changing it afterwards changes nothing.
+	// [NewMiddleware] copies it: changing it afterwards changes nothing.
 	ConsumerByHandler map[string]string
 
-	// Key returns the message's idempotency key, at most MaxKeyLength bytes of UTF-8 without
+	// Key returns the message's idempotency key, at most [MaxKeyLength] bytes of UTF-8 without
 	// control characters.
-	// Default: UUIDKey (msg.UUID). KeyFromMetadata reads a business key instead. An empty
-	// key fails the message with an error wrapping ErrInvalidKey; it is never skipped
+	// Default: [UUIDKey] (msg.UUID). [KeyFromMetadata] reads a business key instead. An empty
+	// key fails the message with an error wrapping [ErrInvalidKey]; it is never skipped
 	// silently.
 	Key func(*message.Message) (string, error)
 
 	// Fingerprint returns a fingerprint of the message, stored with the claim and compared
-	// when a duplicate arrives. Default: PayloadSHA256. Return nil to store and compare none:
+	// when a duplicate arrives. Default: [PayloadSHA256]. Return nil to store and compare none:
 	// a copy whose fingerprint is nil is not compared, but a copy with one does not match a
 	// claim stored without one (a mismatch, see OnFingerprintMismatch), so that a first
 	// message without a fingerprint cannot turn the check off for its key. A Fingerprint
 	// turned on for a consumer that had none makes the duplicates of its earlier claims
-	// mismatches until retention deletes them: use AckMismatch for that while.
+	// mismatches until retention deletes them: use [AckMismatch] for that while.
 	Fingerprint func(*message.Message) []byte
 
 	// OnFingerprintMismatch is what happens to a duplicate whose fingerprint differs from the
-	// stored one. Default: RejectMismatch (nack with a *FingerprintMismatchError).
+	// stored one. Default: [RejectMismatch] (nack with a *FingerprintMismatchError).
 	OnFingerprintMismatch MismatchPolicy
 
 	// Skip, if set, is asked first for every message; a message for which it returns true
@@ -86,9 +86,9 @@ type Config struct {
 	Skip func(*message.Message) bool
 
 	// WriteBehind runs the handler before the claim instead of inside the claim's
-	// transaction. The handler gets no transaction (TxFromContext returns ok == false, on
-	// every store, so one handler runs unchanged on all of them); it writes with ExecAtCommit and
-	// publishes by returning messages or through a Publisher. When it returns, the claim,
+	// transaction. The handler gets no transaction ([TxFromContext] returns ok == false, on
+	// every store, so one handler runs unchanged on all of them); it writes with [ExecAtCommit] and
+	// publishes by returning messages or through a [Publisher]. When it returns, the claim,
 	// the queued writes, the record of its messages and COMMIT are sent together: one
 	// round trip on a store made by sqlinbox.NewPgx or sqlinbox.NewMultiStatement (MySQL). If the
 	// key turns out to be committed already, the handler's writes and messages are
@@ -106,15 +106,15 @@ type Config struct {
 	// by handlers that publish (see Publisher), set here so that a duplicate that arrives
 	// before any handler of this process has published can publish them again. Default:
 	// the first Publisher a handler publishes through; until there is one, such a
-	// duplicate fails with ErrNoPublisher.
+	// duplicate fails with [ErrNoPublisher].
 	Publisher *Publisher
 
 	// MaxRecorded is the largest record, in bytes, of the messages a handler returns or
-	// publishes through a Publisher: their UUIDs, metadata and payloads, encoded (base64 in
+	// publishes through a [Publisher]: their UUIDs, metadata and payloads, encoded (base64 in
 	// JSON, about 4/3 of the raw bytes), which the middleware stores with the claim so that a
 	// duplicate can publish them again. A handler that produces more fails with an error
-	// wrapping ErrRecordTooLarge before anything of it is sent to the database. Default:
-	// DefaultMaxRecorded (4 MiB), which a MySQL request carries, hex-encoded, within the
+	// wrapping [ErrRecordTooLarge] before anything of it is sent to the database. Default:
+	// [DefaultMaxRecorded] (4 MiB), which a MySQL request carries, hex-encoded, within the
 	// server's default max_allowed_packet (16 MiB on MariaDB). Negative is refused.
 	MaxRecorded int64
 
@@ -128,7 +128,7 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// DefaultMaxRecorded is the default of Config.MaxRecorded.
+// DefaultMaxRecorded is the default of [Config.MaxRecorded].
 const DefaultMaxRecorded = 4 << 20 // 4 MiB
 
 // endTimeout bounds COMMIT and ROLLBACK, which run detached from the message context: a
@@ -176,15 +176,15 @@ func (c Config) validate() error {
 //
 // For each message it begins a transaction in store and claims (consumer, key) in it. If
 // the claim is new, the handler runs with the transaction in msg.Context() (see
-// TxFromContext); when the handler succeeds, the messages it returned or published through a
-// Publisher are recorded with the claim, the transaction commits, the middleware publishes
+// [TxFromContext]); when the handler succeeds, the messages it returned or published through a
+// [Publisher] are recorded with the claim, the transaction commits, the middleware publishes
 // what the handler published, and the router publishes what it returned and acks; when the
 // handler fails or panics the transaction rolls back, releasing the claim, and the router
 // nacks, so a redelivery runs the handler again. If the key was claimed by an earlier
 // delivery that committed, the handler is skipped, what that delivery's handler produced is
 // published again with its original UUIDs (in case the first publish failed) and the message
-// is acked. Config.WriteBehind runs the handler first and claims after it. Without
-// Config.Consumer or Config.ConsumerByHandler it returns an error wrapping ErrNoConsumer.
+// is acked. [Config.WriteBehind] runs the handler first and claims after it. Without
+// [Config.Consumer] or [Config.ConsumerByHandler] it returns an error wrapping [ErrNoConsumer].
 //
 // Add it inside middleware.Retry, so that every retry gets a fresh transaction, inside
 // middleware.PoisonQueue and middleware.Recoverer, and outside middleware.Timeout, whose
@@ -199,7 +199,7 @@ func (c Config) validate() error {
 //
 // An error its store reports as a failure of the infrastructure (a store with an
 // IsTransient(err error) bool method, as sqlinbox's has) comes back marked so that
-// Poisonous reports false for it, for PoisonQueueWithFilter and Retry to tell it from the
+// [Poisonous] reports false for it, for PoisonQueueWithFilter and Retry to tell it from the
 // message's own failure.
 //
 // It logs its consumer (or ConsumerByHandler's map) at info level, and each router
@@ -275,7 +275,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 	return d.claimFirst(h)
 }
 
-// usePublisher makes p the Publisher of this inbox, unless it has another one.
+// usePublisher makes p the [Publisher] of this inbox, unless it has another one.
 func (m *middleware) usePublisher(p *Publisher) error {
 	if err := p.bind(m.store); err != nil {
 		return err

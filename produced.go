@@ -41,7 +41,7 @@ type publishedMessage struct {
 	Message producedMessage `json:"message"`
 }
 
-// published is a message a handler published through a Publisher, kept until the commit.
+// published is a message a handler published through a [Publisher], kept until the commit.
 type published struct {
 	topic string
 	msg   *message.Message
@@ -50,7 +50,7 @@ type published struct {
 const producedVersion = 3
 
 // encodeProduced returns nil when there is nothing to record, and an error wrapping
-// ErrRecordTooLarge for a record of more than limit bytes. A record that is far too large
+// [ErrRecordTooLarge] for a record of more than limit bytes. A record that is far too large
 // (a payload of 100 MB) is refused before it is encoded, by the encoded size of its fields
 // alone, so that refusing it allocates nothing of its size; one near the limit is refused
 // by its exact size, after encoding.

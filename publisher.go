@@ -10,7 +10,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/internal/cause"
 )
 
-// Publisher is a message.Publisher for handlers that publish instead of returning their
+// Publisher is a [message.Publisher] for handlers that publish instead of returning their
 // messages: components/cqrs event and command buses, or a handler that calls a publisher
 // itself. Inside an inbox handler its messages are recorded with the claim and published
 // only after the claim commits, so a handler that fails after publishing sends nothing, and
@@ -34,8 +34,8 @@ import (
 //     the handler's context would otherwise leave at once, before the commit, and also when
 //     the handler then fails.
 //
-// One Publisher serves the inboxes of one Store, and one inbox middleware publishes through
-// one Publisher: share it between an EventBus and a CommandBus. Set Config.Publisher so that
+// One [Publisher] serves the inboxes of one [Store], and one inbox middleware publishes through
+// one Publisher: share it between an EventBus and a CommandBus. Set [Config.Publisher] so that
 // a duplicate arriving in a process whose handlers have not published yet can publish the
 // recorded messages again.
 type Publisher struct {
@@ -56,11 +56,11 @@ func NewPublisher(publisher message.Publisher) (*Publisher, error) {
 }
 
 // Publish records messages whose context carries an inbox claim and publishes at once those
-// whose context comes from WithPublishNow; see Publisher. Messages of one call must either all
+// whose context comes from [WithPublishNow]; see [Publisher]. Messages of one call must either all
 // carry the same claim or all come from WithPublishNow. It returns an error wrapping
-// ErrNoHandlerContext for a message with neither and after the handler returned, and inside
+// [ErrNoHandlerContext] for a message with neither and after the handler returned, and inside
 // a claim an error for a message without a UUID, for an empty topic, and when the claim
-// belongs to another Store's inbox or to an inbox that publishes through another Publisher.
+// belongs to another [Store]'s inbox or to an inbox that publishes through another Publisher.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if len(messages) == 0 {
 		return nil

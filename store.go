@@ -14,7 +14,7 @@ type Store interface {
 	// A new claim returns the open transaction: the caller runs the handler and must then
 	// Commit or Rollback it. A duplicate, whose key a committed row already holds, returns
 	// what that row recorded in prior, with the transaction already ended and tx nil. A copy
-	// of the key that another transaction holds but has not committed makes Claim wait for
+	// of the key that another transaction holds but has not committed makes [Claim] wait for
 	// that transaction: its commit makes this claim a duplicate, its rollback makes it new.
 	// An error leaves no transaction open.
 	Claim(ctx context.Context, claim Claim) (tx Tx, prior *Record, err error)
@@ -24,7 +24,7 @@ type Store interface {
 type Claim struct {
 	Consumer string
 	Key      string
-	// Fingerprint identifies the payload (see Config.Fingerprint); nil records none.
+	// Fingerprint identifies the payload (see [Config.Fingerprint]); nil records none.
 	Fingerprint []byte
 }
 
@@ -32,12 +32,12 @@ type Claim struct {
 type Record struct {
 	// Fingerprint is the payload fingerprint stored with the claim; nil if none was.
 	Fingerprint []byte
-	// Produced holds the messages the handler returned or published through a Publisher,
+	// Produced holds the messages the handler returned or published through a [Publisher],
 	// as encoded by the middleware; nil if there were none.
 	Produced []byte
 }
 
-// Tx is a transaction opened by Store.Claim.
+// Tx is a transaction opened by [Store.Claim].
 //
 // The middleware calls exactly one of Commit and Rollback, once, after the handler returns,
 // and nothing after it. Each of them ends the transaction whatever it returns: when either
@@ -48,27 +48,27 @@ type Record struct {
 // this contract on a real database.
 type Tx interface {
 	// Handle returns what handlers write through: the driver's transaction (pgx.Tx,
-	// *sql.Tx) or the data layer's over it; TxFromContext hands it out. It is valid until
+	// *sql.Tx) or the data layer's over it; [TxFromContext] hands it out. It is valid until
 	// Commit or Rollback.
 	Handle() any
 	// ExecAtCommit adds a statement to run when the transaction commits, after the ones
 	// added before it and before the record of produced messages and COMMIT (see
 	// ExecAtCommit, the function). It is safe for concurrent use.
 	ExecAtCommit(sql string, args ...any)
-	// Commit runs the statements added with ExecAtCommit, stores produced (nil: nothing)
+	// Commit runs the statements added with [ExecAtCommit], stores produced (nil: nothing)
 	// with the claim and commits, making the claim and everything written through Handle
 	// durable together. A transaction the handler ended itself gives an error wrapping
-	// ErrTxEndedByHandler. Commit ends the transaction even when it fails.
+	// [ErrTxEndedByHandler]. Commit ends the transaction even when it fails.
 	Commit(ctx context.Context, produced []byte) error
 	// Rollback releases the claim and discards everything written through Handle. It ends
 	// the transaction even when it fails.
 	Rollback(ctx context.Context) error
 }
 
-// WriteBehindStore is implemented by a Store that can claim, write and commit in one step,
-// for Config.WriteBehind. sqlinbox.Store sends it all as one pipelined batch on pgx, and as
+// WriteBehindStore is implemented by a [Store] that can claim, write and commit in one step,
+// for [Config.WriteBehind]. sqlinbox.Store sends it all as one pipelined batch on pgx, and as
 // one multi-statement request on MySQL with sqlinbox.NewMultiStatement: one round trip. The
-// middleware uses Claim and Commit, in the same order, with a Store that does not implement
+// middleware uses [Claim] and Commit, in the same order, with a Store that does not implement
 // it.
 type WriteBehindStore interface {
 	// ClaimAndCommit begins a transaction, inserts the claim with produced recorded, runs
@@ -78,7 +78,7 @@ type WriteBehindStore interface {
 	// statements is an error. (A store that cannot tell which statement failed may return
 	// prior for a statement's violation only if a committed row holds the key by the time it
 	// reads it: a copy committed since, so the message is a duplicate after all.) A copy of the key that another transaction holds makes it wait
-	// for that transaction, as Claim does. On an error nothing is committed, unless the error
+	// for that transaction, as [Claim] does. On an error nothing is committed, unless the error
 	// came from COMMIT itself, whose outcome the next delivery finds out.
 	ClaimAndCommit(ctx context.Context, claim Claim, statements []Statement, produced []byte) (prior *Record, err error)
 }

@@ -3,7 +3,7 @@ package inbox
 import "context"
 
 // claimAndCommit claims, runs the queued statements, records produced and commits: in one
-// step on a WriteBehindStore, else through Claim and Commit, in the same order. A key that
+// step on a [WriteBehindStore], else through [Claim] and Commit, in the same order. A key that
 // is committed already returns what its row recorded, with nothing written.
 func claimAndCommit(ctx context.Context, store Store, claim Claim, queued []Statement, produced []byte) (*Record, error) {
 	if wb, ok := store.(WriteBehindStore); ok {

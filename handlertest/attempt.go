@@ -266,7 +266,7 @@ func (a *attempt) view() view {
 }
 
 // produced is what the attempt produced: the messages it returned (topic "", for the
-// router to publish) and those that reached the Recorder while it ran.
+// router to publish) and those that reached the [Recorder] while it ran.
 func (a *attempt) produced() []Produced {
 	out := make([]Produced, 0, len(a.returned)+len(a.sent))
 	for _, m := range a.returned {

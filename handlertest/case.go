@@ -63,7 +63,7 @@ type Options struct {
 
 	// Probe returns every idempotency key that the handler's fakes of systems outside the
 	// database (a payment client, say) were called with, in order; "" for a call without
-	// one. The External scenario checks that every call, in every attempt, passed
+	// one. The [External] scenario checks that every call, in every attempt, passed
 	// [inbox.KeyFromContext]'s key. A handler that makes no call for this message passes (the
 	// kit logs it). No assertion is made on external calls if left nil.
 	Probe func() []string
@@ -74,19 +74,19 @@ type Options struct {
 	Deadline time.Duration
 
 	// Seed orders the start of the concurrent copies, the one random choice handlertest makes;
-	// Result.Seed and every report give it, to run the same order again. Zero: a seed from
+	// [Result.Seed] and every report give it, to run the same order again. Zero: a seed from
 	// the clock.
 	Seed uint64
 }
 
-// How many copies the Copies and Concurrent scenarios deliver, and the default Deadline.
+// How many copies the [Copies] and [Concurrent] scenarios deliver, and the default Deadline.
 const (
 	sequentialCopies = 3
 	concurrentCopies = 4
 	defaultDeadline  = 10 * time.Second
 )
 
-// settings are the Options with their defaults.
+// settings are the [Options] with their defaults.
 func (o *Options) settings() Options {
 	var s Options
 	if o != nil {
@@ -101,7 +101,7 @@ func (o *Options) settings() Options {
 	return s
 }
 
-// problems returns every problem of the input at once, so that a team fixes its Case in one
+// problems returns every problem of the input at once, so that a team fixes its [Case] in one
 // go.
 func problems(ctx context.Context, c Case, o *Options) []Problem {
 	var found []string

@@ -81,14 +81,14 @@
 //		}, nil)
 //	}
 //
-// Run reports each problem with t.Errorf and also returns it in its [Result], in parts
+// [Run] reports each problem with t.Errorf and also returns it in its [Result], in parts
 // (scenario, injected failure, attempt, what, details, probable cause) that a test or a CI
 // dashboard can tell apart. [Options] add what is optional: the [Recorder] behind
 // Config.Publisher, a Probe of the handler's external calls, the deadline and the seed.
 //
 // # Scenarios
 //
-// Run runs them all; each is also a function of its own.
+// [Run] runs them all; each is also a function of its own.
 //
 //   - Reference: one delivery, acked; the handler runs its statements through the inbox
 //     transaction (a handler that never does is refused), does not end that transaction,
@@ -106,7 +106,7 @@
 //   - External: the keys Options.Probe saw, in every attempt, are inbox.KeyFromContext's.
 //
 // Every scenario claims under a consumer of its own, derived from Config.Consumer, so the
-// message is new to the inbox in each, and begins from Case.Reset. Before any delivery the
+// message is new to the inbox in each, and begins from [Case.Reset]. Before any delivery the
 // kit claims a key of its own and rolls it back, to check that it can follow the store's
 // transactions.
 //
@@ -135,7 +135,7 @@
 // database/sql, a use of the *sql.Tx after the middleware ended it is refused by
 // database/sql itself (sql.ErrTxDone) and never reaches handlertest. Statements sent through
 // pgx.Tx.Conn() or LargeObjects() bypass handlertest's count. A message sent with a broker's
-// publisher directly never passes the inbox nor the Recorder, and handlertest cannot see it;
+// publisher directly never passes the inbox nor the [Recorder], and handlertest cannot see it;
 // what goes through an inbox.Publisher is recorded with the claim, and handlertest reports what
 // of it never reached the Recorder. A Probe that saw no call is not a failure: handlertest
 // cannot tell a message that needs no external call from a fake the handler does not call,

@@ -21,18 +21,18 @@ import (
 // down: the connection on which the store claims a delivery's message carries that
 // delivery's inbox transaction; while the handler runs, each statement on it is counted and
 // the injected one fails without reaching the database; after the handler returned, and
-// before the store ends the transaction, a statement on it is refused (ErrUsedAfterReturn);
+// before the store ends the transaction, a statement on it is refused ([ErrUsedAfterReturn]);
 // statements with the message's context on other connections are noted as writes outside
 // the inbox transaction. Every data layer over [*sql.Tx] (GORM, sqlx, ent, bun) reaches the
 // same connection, so handlertest sees their statements too.
 //
-// For sqlinbox.NewMultiStatement, give it the driver's connector wrapped with Connector:
+// For sqlinbox.NewMultiStatement, give it the driver's connector wrapped with [Connector]:
 // sqlinbox.NewMultiStatement(handlertest.Connector(c), sqlinbox.MySQL(), config).
 func Connector(c driver.Connector) driver.Connector { return &connector{inner: c} }
 
 // OpenDB opens a [*sql.DB] on the database/sql driver registered as driverName (for drivers
 // used with [sql.Open], such as modernc.org/sqlite's "sqlite" or pgx's "pgx"), with its
-// connections wrapped as Connector wraps them.
+// connections wrapped as [Connector] wraps them.
 func OpenDB(driverName, dsn string) (*sql.DB, error) {
 	probe, err := sql.Open(driverName, dsn)
 	if err != nil {
@@ -89,7 +89,7 @@ func (d hookedDriver) Open(name string) (driver.Conn, error) {
 	return &conn{inner: inner}, nil
 }
 
-// conn is one connection of Connector. database/sql uses a connection from one goroutine
+// conn is one connection of [Connector]. database/sql uses a connection from one goroutine
 // at a time; the lock is for the attempt it carries, which handlertest reads from elsewhere.
 type conn struct {
 	inner driver.Conn

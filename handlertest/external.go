@@ -8,7 +8,7 @@ import (
 const scenarioExternal = "external"
 
 // external runs the attempts in which a handler calls an external system again (a failed
-// COMMIT, its redelivery and, in write-behind mode, a copy) and checks the keys Options.Probe
+// COMMIT, its redelivery and, in write-behind mode, a copy) and checks the keys [Options.Probe]
 // saw in each.
 func (s *session) external(b *baseline) {
 	s.t.Helper()

@@ -10,7 +10,7 @@ import (
 // followsStore checks, before any delivery, that handlertest can follow the store's
 // transactions: it claims a key of its own under a consumer of its own and rolls the claim
 // back. The handler must get a pgx.Tx, which handlertest wraps, or a transaction on a *sql.DB
-// opened with OpenDB or on Connector (a *sql.Tx, or a data layer's over one,
+// opened with [OpenDB] or on [Connector] (a *sql.Tx, or a data layer's over one,
 // sqlinbox.Config.Begin), whose connection handlertest sees. In write-behind mode the handler
 // gets no transaction, and handlertest fails statements inside the store: nothing to check.
 func (s *session) followsStore() bool {

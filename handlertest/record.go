@@ -4,7 +4,7 @@ import "encoding/json"
 
 // The middleware records what a handler produced with its claim (inbox.Record.Produced) and
 // passes the record to the store's Commit or ClaimAndCommit, where handlertest sees it. The package
-// reads the messages published through a Publisher out of it, to tell a Recorder that saw
+// reads the messages published through a Publisher out of it, to tell a [Recorder] that saw
 // nothing from a handler that published nothing. The record's form belongs to the inbox
 // package; TestRecordOfTheMiddlewareIsRead runs the real middleware to keep this reader
 // in step with it.

@@ -9,8 +9,8 @@ import (
 
 // Recorder is a [message.Publisher] that keeps what it is given, in order, for handlertest to see
 // what a handler publishes. Wrap it with inbox.NewPublisher and set the result as the
-// Case's Config.Publisher (and give it to the handler, or to its cqrs buses, as production
-// gives them the broker's inbox.Publisher); set the Recorder itself as Options.Recorder. It
+// [Case]'s Config.Publisher (and give it to the handler, or to its cqrs buses, as production
+// gives them the broker's inbox.Publisher); set the Recorder itself as [Options.Recorder]. It
 // is safe for concurrent use.
 type Recorder struct {
 	mu       sync.Mutex
@@ -20,7 +20,7 @@ type Recorder struct {
 var _ message.Publisher = (*Recorder)(nil)
 
 // Produced is a message a handler produced: published to Topic, or returned (Topic "", for
-// the router to publish to the handler's topic). The Recorder's messages all have a topic.
+// the router to publish to the handler's topic). The [Recorder]'s messages all have a topic.
 type Produced struct {
 	Topic    string
 	UUID     string
@@ -28,7 +28,7 @@ type Produced struct {
 	Metadata map[string]string
 }
 
-// NewRecorder returns an empty Recorder.
+// NewRecorder returns an empty [Recorder].
 func NewRecorder() *Recorder { return &Recorder{} }
 
 // Publish records messages; it never fails.
@@ -41,7 +41,7 @@ func (r *Recorder) Publish(topic string, messages ...*message.Message) error {
 	return nil
 }
 
-// Close does nothing; a Recorder keeps recording after it.
+// Close does nothing; a [Recorder] keeps recording after it.
 func (r *Recorder) Close() error { return nil }
 
 // Messages returns a copy of every message recorded so far, in order.

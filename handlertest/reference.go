@@ -114,7 +114,7 @@ func (s *session) reference(check bool) (*baseline, bool) {
 }
 
 // checkRecorder reports the messages the acked delivery published through Config.Publisher
-// that never reached Options.Recorder: the inbox recorded them with the claim and sent them
+// that never reached [Options.Recorder]: the inbox recorded them with the claim and sent them
 // through the publisher Config.Publisher wraps, which is another one.
 func (s *session) checkRecorder(a *attempt) {
 	s.t.Helper()

@@ -3,18 +3,18 @@ package handlertest
 import "strings"
 
 // Result is what a run found. Each of its Problems was also reported with t.Errorf, in the
-// same words (Problem.String, followed by the run and the seed).
+// same words ([Problem.String], followed by the run and the seed).
 type Result struct {
 	// Problems are what handlertest found wrong, in the order it found them; none for a handler
 	// that passed.
 	Problems []Problem
 
 	// Produced are the messages the acked reference delivery produced: those the handler
-	// returned (Topic "") and, with Options.Recorder, those that reached the Recorder. Nil
+	// returned (Topic "") and, with [Options.Recorder], those that reached the [Recorder]. Nil
 	// when the reference delivery was never acked.
 	Produced []Produced
 
-	// Seed is the seed the run ordered its concurrent copies with: Options.Seed, or the one
+	// Seed is the seed the run ordered its concurrent copies with: [Options.Seed], or the one
 	// taken from the clock. Give it as Options.Seed to run the same order again.
 	Seed uint64
 }

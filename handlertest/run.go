@@ -5,13 +5,13 @@ import (
 	"testing"
 )
 
-// Run runs every scenario on c, in order: Reference, Copies, Concurrent, Failures and
-// External (which needs Options.Probe). They share the reference delivery, which the others
+// Run runs every scenario on c, in order: [Reference], [Copies], [Concurrent], [Failures] and
+// [External] (which needs [Options.Probe]). They share the reference delivery, which the others
 // compare with; a reference that cannot be used (bad input, a handler that never uses the
 // inbox transaction, a Snapshot that fails) stops the run, and so does a delivery that
 // hangs or the end of ctx. opts may be nil.
 //
-// Each problem is reported with t.Errorf and returned in the Result. Of t, Run calls only
+// Each problem is reported with t.Errorf and returned in the [Result]. Of t, [Run] calls only
 // Helper, Errorf and Logf, never Fatal or FailNow: it always returns, and a [testing.TB] that
 // embeds the test's and overrides Errorf keeps the reports instead of failing the test.
 func Run(ctx context.Context, t testing.TB, c Case, opts *Options) Result {
@@ -34,8 +34,8 @@ func Run(ctx context.Context, t testing.TB, c Case, opts *Options) Result {
 // Reference delivers the message once and checks that the delivery is acked, that the
 // handler runs its statements through the inbox transaction (or queues them) and leaves
 // the ending of that transaction to the middleware, that it does not use the transaction,
-// or write with the message's context, after it returned, and, with Options.Recorder, that
-// what it publishes reaches the Recorder. Every other scenario compares with what this
+// or write with the message's context, after it returned, and, with [Options.Recorder], that
+// what it publishes reaches the [Recorder]. Every other scenario compares with what this
 // delivery left: the state Snapshot reads, the messages produced, the statements run.
 func Reference(ctx context.Context, t testing.TB, c Case, opts *Options) Result {
 	t.Helper()
@@ -59,7 +59,7 @@ func Copies(ctx context.Context, t testing.TB, c Case, opts *Options) Result {
 
 // Concurrent releases 4 copies of the message at once, each through its own middleware and
 // so its own connection of the store: exactly one effect, and every copy acked within
-// Options.Deadline, after the redeliveries of what the store reports transient (a
+// [Options.Deadline], after the redeliveries of what the store reports transient (a
 // deadlock, a lock timeout, a busy database). A copy still in flight at the deadline is
 // reported with where it is.
 func Concurrent(ctx context.Context, t testing.TB, c Case, opts *Options) Result {
@@ -78,7 +78,7 @@ func Failures(ctx context.Context, t testing.TB, c Case, opts *Options) Result {
 	return alone(ctx, t, c, opts, (*session).failures)
 }
 
-// External checks, with Options.Probe, that every attempt of the handler calls the systems
+// External checks, with [Options.Probe], that every attempt of the handler calls the systems
 // outside the database with inbox.KeyFromContext's key: an attempt whose COMMIT fails, its
 // redelivery and, in write-behind mode (where the handler runs for a copy too), a copy.
 // Without Options.Probe it logs that it is skipped.
@@ -88,7 +88,7 @@ func External(ctx context.Context, t testing.TB, c Case, opts *Options) Result {
 }
 
 // alone runs one scenario on a reference delivery of its own, whose problems it leaves to
-// Reference (it still stops on a reference that cannot be used).
+// [Reference] (it still stops on a reference that cannot be used).
 func alone(ctx context.Context, t testing.TB, c Case, opts *Options, scenario func(*session, *baseline)) Result {
 	t.Helper()
 	s, ok := start(ctx, t, c, opts)

@@ -25,7 +25,7 @@ type tb interface {
 	Logf(format string, args ...any)
 }
 
-// session is one call of Run or of a scenario: the Case with the Options' defaults, the
+// session is one call of [Run] or of a scenario: the [Case] with the [Options]' defaults, the
 // kit's store around the team's, and what the scenarios share.
 type session struct {
 	t     tb
@@ -177,7 +177,7 @@ func (s *session) runHandler(msg *message.Message) ([]*message.Message, error) {
 	return returned, err
 }
 
-// message returns a fresh copy of the Case's message, as a broker delivers one.
+// message returns a fresh copy of the [Case]'s message, as a broker delivers one.
 func (s *session) message() *message.Message {
 	m := message.NewMessage(s.c.Message.UUID, append([]byte(nil), s.c.Message.Payload...))
 	for k, v := range s.c.Message.Metadata {
@@ -263,7 +263,7 @@ func signature(err error, consumer string) string {
 	return strings.ReplaceAll(err.Error(), consumer, "<consumer>")
 }
 
-// snapshot calls Case.Snapshot, reporting its failure (or panic).
+// snapshot calls [Case.Snapshot], reporting its failure (or panic).
 func (s *session) snapshot(scenario, step string) (any, bool) {
 	s.t.Helper()
 	var v any
@@ -278,7 +278,7 @@ func (s *session) snapshot(scenario, step string) (any, bool) {
 	return v, true
 }
 
-// reset calls Case.Reset, then Snapshot, reporting a failure of either.
+// reset calls [Case.Reset], then Snapshot, reporting a failure of either.
 func (s *session) reset(scenario, step string) (any, bool) {
 	s.t.Helper()
 	if err := s.call(s.c.Reset); err != nil {
@@ -288,7 +288,7 @@ func (s *session) reset(scenario, step string) (any, bool) {
 	return s.snapshot(scenario, step)
 }
 
-// resetTo calls Case.Reset and checks that Snapshot then reads the state of before the
+// resetTo calls [Case.Reset] and checks that Snapshot then reads the state of before the
 // first delivery. Rows that a second Reset removes were written between Reset and
 // Snapshot, by a goroutine of an earlier delivery: handlertest names it, not the Reset, and
 // goes on from the state the second Reset left.
@@ -336,7 +336,7 @@ func (s *session) call(f func(ctx context.Context) error) (err error) {
 	return f(ctx)
 }
 
-// probe calls Options.Probe, turning a panic into an error.
+// probe calls [Options.Probe], turning a panic into an error.
 func (s *session) probe() (keys []string, err error) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -15,7 +15,7 @@ import (
 // happen inside the store (COMMIT, queued statements, write-behind statements).
 //
 // It is a comparable value holding nothing but the inner store, so that every session built
-// on one Case has an equal store: an [inbox.Publisher] is bound to the store of the first
+// on one [Case] has an equal store: an [inbox.Publisher] is bound to the store of the first
 // middleware it publishes for, and the same Case may be run by several scenario calls.
 type store struct{ inner inbox.Store }
 
@@ -117,7 +117,7 @@ func wrapTx(inner inbox.Tx, a *attempt) inbox.Tx {
 func (t *tx) Handle() any { return t.driver }
 
 // Commit commits, or, when the attempt's injection is COMMIT, rolls back for real and
-// returns an error wrapping ErrInjected, as a COMMIT the database refused would.
+// returns an error wrapping [ErrInjected], as a COMMIT the database refused would.
 func (t *tx) Commit(ctx context.Context, produced []byte) error {
 	t.a.setPhase(phaseEnding)
 	defer t.a.setPhase(phaseDone)

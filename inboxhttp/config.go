@@ -10,16 +10,16 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// Defaults of Config.
+// Defaults of [Config].
 const (
 	DefaultMaxRequestBody  = 1 << 20 // 1 MiB
 	DefaultMaxRecordedBody = 1 << 20 // 1 MiB
 	DefaultRetryAfter      = 1       // second
 )
 
-// Config configures New. Consumer is required; every other field has a default.
+// Config configures [New]. Consumer is required; every other field has a default.
 type Config struct {
-	// Consumer names the inbox partition, as inbox.Config.Consumer: a key is processed once
+	// Consumer names the inbox partition, as [inbox.Config.Consumer]: a key is processed once
 	// per consumer. The same name on an HTTP endpoint and on a broker handler makes a command
 	// sent both ways with the same key (as the message's UUID) one command, processed once;
 	// different names keep them apart. Required.
@@ -31,22 +31,22 @@ type Config struct {
 	Required bool
 
 	// Fingerprint returns what identifies the request apart from its key; a key sent again
-	// with another fingerprint is a 422. Default: RequestSHA256 (method, path and body).
-	// BodySHA256 fingerprints as a broker handler's default does, for an endpoint whose
+	// with another fingerprint is a 422. Default: [RequestSHA256] (method, path and body).
+	// [BodySHA256] fingerprints as a broker handler's default does, for an endpoint whose
 	// consumer a broker handler shares. Return nil to compare nothing.
 	Fingerprint func(r *http.Request, body []byte) []byte
 
 	// MaxRequestBody is the most bytes of a request body the middleware reads, into memory, to
 	// fingerprint it and hand it to the handler; a larger body is a 413. Default:
-	// DefaultMaxRequestBody (1 MiB).
+	// [DefaultMaxRequestBody] (1 MiB).
 	MaxRequestBody int64
 
 	// MaxRecordedBody is the largest response body recorded with the claim. A larger one is
 	// sent to its client in full, after the commit, but recorded without its body: a replay
-	// has its status and headers, no body, and HeaderBodyOmitted. Default:
-	// DefaultMaxRecordedBody (1 MiB). The inbox middleware's bound on a record
-	// (inbox.Config.MaxRecorded) is set to hold such a body with its headers: at least
-	// inbox.DefaultMaxRecorded, more for a MaxRecordedBody above about 3 MiB.
+	// has its status and headers, no body, and [HeaderBodyOmitted]. Default:
+	// [DefaultMaxRecordedBody] (1 MiB). The inbox middleware's bound on a record
+	// ([inbox.Config.MaxRecorded]) is set to hold such a body with its headers: at least
+	// [inbox.DefaultMaxRecorded], more for a MaxRecordedBody above about 3 MiB.
 	MaxRecordedBody int64
 
 	// ReplayHeaders are response headers of the handler's own that a record keeps and a
@@ -55,10 +55,10 @@ type Config struct {
 	ReplayHeaders []string
 
 	// RetryAfter is the Retry-After, in seconds, of a 503 for a database that is not
-	// available (an error inbox.Poisonous reports false for). Default: DefaultRetryAfter (1).
+	// available (an error [inbox.Poisonous] reports false for). Default: [DefaultRetryAfter] (1).
 	RetryAfter int
 
-	// WriteBehind, Publisher, MeterProvider and TracerProvider are inbox.Config's.
+	// WriteBehind, Publisher, MeterProvider and TracerProvider are [inbox.Config]'s.
 	WriteBehind    bool
 	Publisher      *inbox.Publisher
 	MeterProvider  metric.MeterProvider

@@ -36,7 +36,7 @@
 //
 // # One store for broker messages and requests
 //
-// The claim is the inbox's: under a Config.Consumer that a broker handler shares, a command
+// The claim is the inbox's: under a [Config.Consumer] that a broker handler shares, a command
 // that arrives by HTTP with a key and again through the broker as a message of that UUID is
 // processed once. A request whose key a broker message claimed first gets 204 No Content,
 // marked replayed. Give the endpoint a consumer of its own where the two must stay apart.

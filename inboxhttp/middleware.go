@@ -26,11 +26,11 @@ const (
 	// not run for this request.
 	HeaderReplayed = "Idempotent-Replayed"
 	// HeaderBodyOmitted is set to "true" on a replay whose original body was larger than
-	// Config.MaxRecordedBody, so that only its status and headers were recorded.
+	// [Config.MaxRecordedBody], so that only its status and headers were recorded.
 	HeaderBodyOmitted = "Idempotent-Replay-Body-Omitted"
 )
 
-// replayedHeaders are the response headers a record keeps besides Config.ReplayHeaders: those
+// replayedHeaders are the response headers a record keeps besides [Config.ReplayHeaders]: those
 // that describe the representation and where the created resource is. Date, Set-Cookie and
 // the connection's own headers are not replayed.
 var replayedHeaders = []string{"Content-Type", "Content-Language", "Content-Location", "Location", "ETag",
@@ -257,7 +257,7 @@ func replay(w http.ResponseWriter, rec *message.Message) {
 	_, _ = w.Write(rec.Payload)
 }
 
-// requestFingerprint is the inbox's fingerprint of a request: Config.Fingerprint's, which
+// requestFingerprint is the inbox's fingerprint of a request: [Config.Fingerprint]'s, which
 // serve computed, or none.
 func requestFingerprint(msg *message.Message) []byte {
 	fp, ok := msg.Metadata[metaFingerprint]
@@ -267,7 +267,7 @@ func requestFingerprint(msg *message.Message) []byte {
 	return []byte(fp)
 }
 
-// RequestSHA256 is Config.Fingerprint's default: the SHA-256 of the request's method, path and
+// RequestSHA256 is [Config.Fingerprint]'s default: the SHA-256 of the request's method, path and
 // body, so that a key sent again with another request is refused (422).
 func RequestSHA256(r *http.Request, body []byte) []byte {
 	h := sha256.New()
@@ -278,8 +278,8 @@ func RequestSHA256(r *http.Request, body []byte) []byte {
 	return h.Sum(nil)
 }
 
-// BodySHA256 is a Config.Fingerprint of the body alone: the SHA-256 of its bytes, the same
-// fingerprint inbox.PayloadSHA256 gives a message whose payload is those bytes. Use it on an
+// BodySHA256 is a [Config.Fingerprint] of the body alone: the SHA-256 of its bytes, the same
+// fingerprint [inbox.PayloadSHA256] gives a message whose payload is those bytes. Use it on an
 // endpoint that shares its consumer with a broker handler, so that a command sent both ways
 // under one key is one command rather than a mismatch.
 func BodySHA256(_ *http.Request, body []byte) []byte {

@@ -10,7 +10,7 @@ import (
 // the probe fail instead of hang, whatever the prober's own timeout.
 const readyTimeout = 5 * time.Second
 
-// Ready returns an http.Handler for a readiness probe (a Kubernetes readinessProbe, a load
+// Ready returns an [http.Handler] for a readiness probe (a Kubernetes readinessProbe, a load
 // balancer's health check) that asks store whether it can process messages now: it runs the
 // store's CheckTable (sqlinbox.Store's reads the table's shape from the database's catalog,
 // so the database must answer, and on a multi-statement store also checks its driver and

@@ -9,8 +9,8 @@
 //		inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness { ... }, inboxtest.Options{})
 //	}
 //
-// The harness reaches the database for the suite (Harness.Direct, Harness.InTx), so this
-// package imports no database driver. Options.Config runs the suite with middleware options,
+// The harness reaches the database for the suite ([Harness.Direct], [Harness.InTx]), so this
+// package imports no database driver. [Options.Config] runs the suite with middleware options,
 // write-behind mode ([inbox.Config.WriteBehind]) among them.
 package inboxtest
 
@@ -41,7 +41,7 @@ type Harness struct {
 	// ([inbox.TxFromContext]); ok is false if there is none.
 	InTx func(ctx context.Context) (r Runner, ok bool)
 	// Placeholders rewrites a statement written with ? placeholders into the driver's style,
-	// for statements the suite queues with [inbox.ExecAtCommit] (DollarPlaceholders for PostgreSQL).
+	// for statements the suite queues with [inbox.ExecAtCommit] ([DollarPlaceholders] for PostgreSQL).
 	// Nil: ? is the driver's style.
 	Placeholders func(query string) string
 

@@ -6,17 +6,17 @@ import (
 	"errors"
 )
 
-// BeginFunc begins the inbox transaction of a store made by NewDB, in place of the store's own
+// BeginFunc begins the inbox transaction of a store made by [NewDB], in place of the store's own
 // db.BeginTx, so that the application's data layer begins it: handlers then get the data
 // layer's own transaction value from inbox.TxFromContext, built by that library with its
-// mapper, hooks and savepoints, instead of a bare *sql.Tx. handle is what handlers get; tx is
-// the *sql.Tx under it, which the store claims in, commits and rolls back. The data layer must
-// be on the store's *sql.DB. Build one with BeginWith.
+// mapper, hooks and savepoints, instead of a bare [*sql.Tx]. handle is what handlers get; tx is
+// the [*sql.Tx] under it, which the store claims in, commits and rolls back. The data layer must
+// be on the store's [*sql.DB]. Build one with [BeginWith].
 type BeginFunc func(ctx context.Context, opts *sql.TxOptions) (handle any, tx *sql.Tx, err error)
 
 // BeginWith returns a Begin that begins the inbox transaction with begin, a data layer's
-// method that begins a transaction of its own type T on the store's *sql.DB, and reads the
-// *sql.Tx under it with sqlTx:
+// method that begins a transaction of its own type T on the store's [*sql.DB], and reads the
+// [*sql.Tx] under it with sqlTx:
 //
 //	// sqlx: handlers call inbox.TxFromContext[*sqlx.Tx]
 //	sqlinbox.BeginWith(db.BeginTxx, func(tx *sqlx.Tx) *sql.Tx { return tx.Tx })
@@ -39,7 +39,7 @@ func BeginWith[T any](begin func(context.Context, *sql.TxOptions) (T, error), sq
 	}
 }
 
-// beginStd is the store's own Begin: handlers get the *sql.Tx.
+// beginStd is the store's own Begin: handlers get the [*sql.Tx].
 func beginStd(db *sql.DB) BeginFunc {
 	return func(ctx context.Context, opts *sql.TxOptions) (any, *sql.Tx, error) {
 		tx, err := db.BeginTx(ctx, opts)

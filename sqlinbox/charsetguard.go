@@ -5,9 +5,9 @@ import (
 	"fmt"
 )
 
-// The store's own values (consumer, key, fingerprint, record) reach MySQL hex-encoded (see
+// The store's own values (consumer, key, fingerprint, record) reach [MySQL] hex-encoded (see
 // Param), which no character set or sql_mode reads otherwise. The application's do not: with
-// interpolateParams=true, which NewMultiStatement needs, go-sql-driver/mysql writes the
+// interpolateParams=true, which [NewMultiStatement] needs, go-sql-driver/mysql writes the
 // parameters of the handler's statements and of the statements it queued into their text,
 // escaped in a way a connection in GBK, SJIS, CP932 or BIG5 can undo. A dialect with a
 // charsetGuard (MySQL's) makes the store refuse such a connection: at the table check
@@ -16,7 +16,7 @@ import (
 // that would change how the server reads the statements after it.
 
 // charsetGuard is what a dialect whose driver escapes on the client tells the store. It is
-// unexported: a dialect of one's own that embeds MySQL's inherits it.
+// unexported: a dialect of one's own that embeds [MySQL]'s inherits it.
 type charsetGuard interface {
 	// charsetQuery reads the session's character_set_client.
 	charsetQuery() string

@@ -19,7 +19,7 @@ const (
 	writeBehindMode = "write-behind mode"
 )
 
-// Claim implements inbox.Store. BEGIN, the lock timeout (if set) and the claim travel as one
+// Claim implements [inbox.Store]. BEGIN, the lock timeout (if set) and the claim travel as one
 // request where the store's driver can send one (pgx, multi-statement requests); a
 // duplicate's ROLLBACK and the read of the committed claim share another.
 func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.Record, error) {
@@ -65,7 +65,7 @@ func (s *Store) before(ctx context.Context, mode string) error {
 // isDuplicate reports whether err, from the statement at failed, is a duplicate of the claim
 // at claimAt: a violation of the inbox table's primary key by the claim, or by a statement of
 // a request that cannot tell which of its statements failed (a committed claim then tells:
-// see MultiStatementSQL).
+// see [MultiStatementSQL]).
 func (s *Store) isDuplicate(err error, failed, claimAt int) bool {
 	if errors.Is(err, errClaimSkipped) {
 		return true

@@ -12,7 +12,7 @@ import (
 // Config configures a store. The zero value is ready to use.
 type Config struct {
 	// Table is the inbox table, optionally qualified by a schema ("billing.inbox").
-	// Default: "inbox". It is validated by the dialect (ValidateTableName) and quoted, so it keeps
+	// Default: "inbox". It is validated by the dialect ([ValidateTableName]) and quoted, so it keeps
 	// the case it is written in.
 	Table string
 
@@ -21,7 +21,7 @@ type Config struct {
 	// transaction: past it the claim fails, the message is nacked and redelivered later,
 	// instead of holding a connection for as long as the first copy is stuck.
 	// Default 0: the database's own limit (PostgreSQL: lock_timeout, none by default;
-	// MySQL: innodb_lock_wait_timeout, 50 s; SQLite: the DSN's busy_timeout).
+	// [MySQL]: innodb_lock_wait_timeout, 50 s; [SQLite]: the DSN's busy_timeout).
 	// It applies to the whole inbox transaction, the handler's statements included:
 	// PostgreSQL sets lock_timeout for the transaction only (SET LOCAL), which is safe
 	// behind a pooler in transaction mode; MySQL sets the session's innodb_lock_wait_timeout
@@ -32,17 +32,17 @@ type Config struct {
 	// and one statement with database/sql.
 	LockTimeout time.Duration
 
-	// Begin, for a store made by NewDB, begins each message's transaction with the
+	// Begin, for a store made by [NewDB], begins each message's transaction with the
 	// application's data layer instead of db.BeginTx, so that handlers get the data layer's
-	// own transaction type (see Begin and BeginWith: *sqlx.Tx, bun.Tx). Default: db.BeginTx,
-	// and handlers get the *sql.Tx. NewMultiStatement refuses it (its messages begin in a
-	// multi-statement request of the store's own), and so does NewPgx (handlers get pgx.Tx).
+	// own transaction type (see Begin and [BeginWith]: *sqlx.Tx, bun.Tx). Default: db.BeginTx,
+	// and handlers get the *sql.Tx. [NewMultiStatement] refuses it (its messages begin in a
+	// multi-statement request of the store's own), and so does [NewPgx] (handlers get pgx.Tx).
 	Begin BeginFunc
 
 	// Logger receives, at error level, each check that refuses the inbox table (see
-	// ErrTableMismatch) and the check that refuses NewMultiStatement's store on this driver or
-	// server (see ErrMultiStatementRefused): once per check, not once per message. Default:
-	// watermill.NopLogger{}.
+	// [ErrTableMismatch]) and the check that refuses [NewMultiStatement]'s store on this driver or
+	// server (see [ErrMultiStatementRefused]): once per check, not once per message. Default:
+	// [watermill.NopLogger]{}.
 	Logger watermill.LoggerAdapter
 }
 

@@ -9,10 +9,10 @@ import (
 )
 
 // NewDB returns a store that claims messages in table config.Table of db, in dialect, one
-// statement at a time: PostgreSQL through pgx's stdlib, MySQL/MariaDB through
-// go-sql-driver/mysql, SQLite through modernc.org/sqlite, or another database/sql driver of a
-// database a Dialect speaks. Handlers get a *sql.Tx from inbox.TxFromContext[*sql.Tx], or,
-// with Config.Begin, the transaction their data layer began over it
+// statement at a time: PostgreSQL through pgx's stdlib, [MySQL]/MariaDB through
+// go-sql-driver/mysql, [SQLite] through modernc.org/sqlite, or another database/sql driver of a
+// database a [Dialect] speaks. Handlers get a [*sql.Tx] from inbox.TxFromContext[*sql.Tx], or,
+// with [Config.Begin], the transaction their data layer began over it
 // (inbox.TxFromContext[*sqlx.Tx]).
 func NewDB(db *sql.DB, dialect Dialect, config Config) (*Store, error) {
 	if db == nil {

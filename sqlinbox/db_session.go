@@ -14,7 +14,7 @@ import (
 type dbSession struct {
 	pool *dbPool
 	tx   *sql.Tx
-	// h is what handlers get: tx, or the data layer's transaction over it (Config.Begin).
+	// h is what handlers get: tx, or the data layer's transaction over it ([Config.Begin]).
 	h any
 }
 

@@ -10,8 +10,8 @@ import (
 // DDL, the catalog query by which a store checks the table, and how to read the database's
 // errors. Its methods return SQL text, so a dialect is read and tested without a database.
 //
-// Postgres, MySQL and SQLite return the dialects this package ships, each defined in a file
-// of its own. Dialect is also the extension point for another database, or another driver's
+// [Postgres], [MySQL] and [SQLite] return the dialects this package ships, each defined in a file
+// of its own. [Dialect] is also the extension point for another database, or another driver's
 // errors, and as an extension point it is not stable: methods may be added, or their
 // contract refined, in a minor release. A Dialect of your own therefore embeds a shipped one,
 // and overrides the methods that differ; an unexported method makes embedding the only way to
@@ -37,14 +37,14 @@ type Dialect interface {
 	Name() string
 
 	// ParseTable validates a table name before anything puts it into SQL text, and returns it
-	// in the forms the dialect's statements need. Its error wraps ErrInvalidTableName. The
-	// shipped dialects accept what ValidateTableName accepts (SQLite: no schema but main).
+	// in the forms the dialect's statements need. Its error wraps [ErrInvalidTableName]. The
+	// shipped dialects accept what [ValidateTableName] accepts ([SQLite]: no schema but main).
 	ParseTable(name string) (Table, error)
 
 	// CreateTable returns the statements that create table t and its processed_at index,
 	// each only if it does not exist, with the columns, primary key and types that the table
 	// check (DescribeTable) accepts. InitializeSchema runs them in one transaction, after
-	// SchemaLock; SchemaSQL and MigrationFiles write them out.
+	// SchemaLock; [SchemaSQL] and [MigrationFiles] write them out.
 	CreateTable(t Table) []string
 	// SchemaLock returns a statement that InitializeSchema runs first in its transaction, so
 	// that instances that create the table at once wait for each other; "" for none.
@@ -77,14 +77,14 @@ type Dialect interface {
 	// statements that upgrade the table and those that undo the upgrade. Each statement
 	// changes nothing on a table that has the shape it leads to already, so the upgrade can
 	// be applied to a table of any release, also one CreateTable made. name "": the table
-	// has not changed. MigrationFiles writes it with Upgrade.
+	// has not changed. [MigrationFiles] writes it with Upgrade.
 	UpgradeTable(t Table) (name string, up, down []string)
 
 	// InsertClaim inserts a claim (parameters: consumer, key, fingerprint) and fails on a
 	// duplicate with an error that IsDuplicateKey recognises. Write-behind mode claims with
 	// it on every dialect, and so does the claim-first mode where InsertClaimOrSkip is "";
 	// there the transaction must stay usable after the duplicate-key error (InnoDB and
-	// SQLite keep it), because the store reads the committed claim next.
+	// [SQLite] keep it), because the store reads the committed claim next.
 	InsertClaim(t Table) string
 	// InsertClaimOrSkip, if not "", is the claim-first mode's claim: it inserts the claim,
 	// skipping only a conflict on the primary key, and returns one row for a new claim and
@@ -97,11 +97,11 @@ type Dialect interface {
 	// record, the consumer and the key.
 	UpdateProduced(t Table) string
 	// Param returns the parameter the dialect's statements take for one of the inbox's own
-	// values (a string, a []byte, or nil). PostgreSQL and SQLite take the value itself.
+	// values (a string, a []byte, or nil). PostgreSQL and [SQLite] take the value itself.
 	Param(value any) any
 	// IsDuplicateKey reports whether err, returned by InsertClaim on t, is a violation of
 	// the inbox table's primary key and of no other constraint. The store passes t with the
-	// primary key's name that its table check read (Table.PrimaryKey), so that a key of any
+	// primary key's name that its table check read ([Table.PrimaryKey]), so that a key of any
 	// name is recognised.
 	IsDuplicateKey(err error, t Table) bool
 	// IsTransient reports whether err, from a statement or a connection of this database, is
@@ -116,7 +116,7 @@ type Dialect interface {
 	// or a request of its own ("BEGIN", "START TRANSACTION").
 	Begin() string
 	// LockTimeout returns the statement, run first in the inbox transaction, that bounds its
-	// lock waits by timeout (at least 1ms; see Config.LockTimeout); "" if the dialect has
+	// lock waits by timeout (at least 1ms; see [Config.LockTimeout]); "" if the dialect has
 	// none, and then a store refuses a LockTimeout.
 	LockTimeout(timeout time.Duration) (query string, args []any)
 
@@ -140,11 +140,11 @@ type Dialect interface {
 	// order until one returns a number.
 	TableSize(t Table) []SizeQuery
 
-	// MultiStatement returns what lets NewMultiStatement send a message as multi-statement
+	// MultiStatement returns what lets [NewMultiStatement] send a message as multi-statement
 	// requests on this database; nil if it cannot.
 	MultiStatement() *MultiStatementSQL
 
-	// dialect is unexported so that every Dialect embeds a shipped one.
+	// dialect is unexported so that every [Dialect] embeds a shipped one.
 	dialect()
 	// requestLimit returns a query of one integer, the most bytes the server accepts in one
 	// request, asked only after a large request failed, to say why; "" if the database has no
@@ -169,8 +169,8 @@ type MultiStatementSQL struct {
 	// Refuse, if set, is a query a store sends once, before its first multi-statement
 	// request, to learn whether the server breaks the promise above: rows of a name and a
 	// value, and a value ON says it does. The store then sends no such request: every message
-	// fails with an error wrapping ErrMultiStatementRefused. No row, or no ON: the requests are
-	// sent. MySQL's asks for wsrep_on, ON on a node of a Galera or Percona XtraDB Cluster.
+	// fails with an error wrapping [ErrMultiStatementRefused]. No row, or no ON: the requests are
+	// sent. [MySQL]'s asks for wsrep_on, ON on a node of a Galera or Percona XtraDB Cluster.
 	Refuse string
 }
 
@@ -181,12 +181,12 @@ type Table struct {
 	// Quoted is the full name, each part quoted by the dialect ("billing"."inbox").
 	Quoted string
 	// PrimaryKey is the name of the table's primary key as the store's table check read it
-	// from the catalog ("inbox_pkey", "pk_billing_inbox"), for IsDuplicateKey; "" in a Table
+	// from the catalog ("inbox_pkey", "pk_billing_inbox"), for IsDuplicateKey; "" in a [Table]
 	// from ParseTable, and before the check passed.
 	PrimaryKey string
 }
 
-// SizeQuery is one way to measure a table's size (see Dialect.TableSize): SQL, run with
+// SizeQuery is one way to measure a table's size (see [Dialect.TableSize]): SQL, run with
 // Args, returns one number of bytes, or NULL where this way does not apply. Note says what
 // it measures, for the command-line tool's stats.
 type SizeQuery struct {

@@ -41,7 +41,7 @@ func (mysql) ParseTable(name string) (Table, error) {
 
 // CreateTable: VARBINARY key columns compare bytes exactly (the default collations would make
 // "A" and "a" one key). processed_at is the time in UTC, which no session's time zone changes
-// (see DeleteExpired); an expression default needs MariaDB 10.2 or MySQL 8.0.13. The
+// (see DeleteExpired); an expression default needs MariaDB 10.2 or [MySQL] 8.0.13. The
 // processed_at index is inside CREATE TABLE: MySQL has no CREATE INDEX IF NOT EXISTS. A
 // table qualified by a database creates that database first if it does not exist, so that a
 // migration runs on a new server.
@@ -61,7 +61,7 @@ func (mysql) CreateTable(t Table) []string {
 ) ENGINE=InnoDB`)
 }
 
-// SchemaLock: MySQL's DDL commits on its own; CREATE TABLE IF NOT EXISTS is safe at once.
+// SchemaLock: [MySQL]'s DDL commits on its own; CREATE TABLE IF NOT EXISTS is safe at once.
 func (mysql) SchemaLock() string { return "" }
 
 func (mysql) DescribeTable(t Table) (string, []any) {
@@ -164,7 +164,7 @@ func (mysql) InsertClaim(t Table) string {
 // escapes a parameter's quote as \' byte by byte, and a lead byte before the backslash makes
 // the two one character, so that the quote ends the string. utf8mb4, utf8mb3, latin1,
 // gb2312, euckr, ujis and eucjpms are safe: none of their multibyte characters holds a byte
-// below 0x80. gb18030 is MySQL's (8.0); MariaDB has none of that name.
+// below 0x80. gb18030 is [MySQL]'s (8.0); MariaDB has none of that name.
 const mysqlUnsafeCharsets = "'big5', 'cp932', 'gb18030', 'gbk', 'sjis'"
 
 // charsetQuery reads the session's character_set_client, for the check at start-up and to
@@ -236,7 +236,7 @@ func (mysql) Param(value any) any {
 	return value
 }
 
-// IsDuplicateKey recognises error 1062 (ER_DUP_ENTRY) on the key PRIMARY. MySQL ends its
+// IsDuplicateKey recognises error 1062 (ER_DUP_ENTRY) on the key PRIMARY. [MySQL] ends its
 // message with "for key '<table>.PRIMARY'", MariaDB with "for key 'PRIMARY'"; the entry,
 // which holds the claimed key, comes before it, so only the end of the message is read.
 func (mysql) IsDuplicateKey(err error, t Table) bool {
@@ -281,7 +281,7 @@ var mysqlTransient = map[uint64]string{
 
 // mysqlError reads the number and message of go-sql-driver/mysql's *MySQLError, the first
 // error in err's chain with the exported fields Number and Message. It reads them by
-// reflection, so that the library imports no MySQL driver; another driver's errors need a
+// reflection, so that the library imports no [MySQL] driver; another driver's errors need a
 // dialect of its own whose IsDuplicateKey and IsTransient read them.
 func mysqlError(err error) (number uint64, message string, ok bool) {
 	for _, v := range errorFields(err) {
@@ -297,7 +297,7 @@ func (mysql) Begin() string { return "START TRANSACTION" }
 
 // LockTimeout is in whole seconds, at least 1. InnoDB has no per-transaction setting: this one
 // is the session's, kept by the connection after the transaction, and the same value is set
-// again at the start of every inbox transaction (Config.LockTimeout says so).
+// again at the start of every inbox transaction ([Config.LockTimeout] says so).
 func (mysql) LockTimeout(timeout time.Duration) (string, []any) {
 	return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}
 }
@@ -318,7 +318,7 @@ func (mysql) CountExpired(t Table) string {
 func (mysql) Age(olderThan time.Duration) any { return olderThan.Microseconds() }
 
 // CleanupLock is a named lock. Named locks are server-wide: the name holds the database and
-// the table, hashed to stay under the 64-character limit. MySQL has no named lock that ends
+// the table, hashed to stay under the 64-character limit. [MySQL] has no named lock that ends
 // with a transaction, so this one is a session lock, taken, used and released on the one
 // connection the pass runs on; the server releases it when that connection closes. A
 // multiplexing pooler must keep the session on one backend connection from GET_LOCK to
@@ -346,7 +346,7 @@ func (mysql) TableSize(t Table) []SizeQuery {
 	}}
 }
 
-// MultiStatement: MySQL stops a multi-statement request at the first error, and InnoDB keeps
+// MultiStatement: [MySQL] stops a multi-statement request at the first error, and InnoDB keeps
 // the transaction open after a duplicate key. Not on a Galera node (MariaDB Galera Cluster,
 // Percona XtraDB Cluster): when another node's write-set aborts the transaction partway
 // through a request, the server runs the rest of it in autocommit, and may even report

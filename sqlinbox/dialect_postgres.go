@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Postgres returns the dialect of PostgreSQL, through pgx (NewPgx) or any database/sql
-// driver that returns *pgconn.PgError, such as pgx's stdlib (NewDB). The claim is INSERT ...
+// Postgres returns the dialect of PostgreSQL, through pgx ([NewPgx]) or any database/sql
+// driver that returns [*pgconn.PgError], such as pgx's stdlib ([NewDB]). The claim is INSERT ...
 // ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true; a duplicate then reads the
 // committed claim.
 func Postgres() Dialect { return postgres{} }
@@ -132,9 +132,9 @@ func (postgres) Param(value any) any { return value }
 
 // IsDuplicateKey recognises a unique violation (SQLSTATE 23505) of the inbox table's primary
 // key: the constraint the error names is the key the table check read from the catalog
-// (Table.PrimaryKey), whatever it is called ("inbox_pkey", "pk_billing_inbox", "inbox_pkey1"
+// ([Table.PrimaryKey]), whatever it is called ("inbox_pkey", "pk_billing_inbox", "inbox_pkey1"
 // after a re-create), on the table the error names. Any other unique index of the table is
-// not the key. The error is a *pgconn.PgError, found with errors.As, from pgx and from its
+// not the key. The error is a [*pgconn.PgError], found with [errors.As], from pgx and from its
 // database/sql driver.
 func (postgres) IsDuplicateKey(err error, t Table) bool {
 	var pgErr *pgconn.PgError

@@ -24,7 +24,7 @@ func (sqlite) requestLimit() string { return "" }
 
 func (sqlite) Name() string { return "sqlite" }
 
-// ParseTable accepts no schema: in SQLite another schema is an attached database, which every
+// ParseTable accepts no schema: in [SQLite] another schema is an attached database, which every
 // connection of the store's pool, and of a migration tool, would have to ATTACH itself, or
 // the table is not found; and main.inbox is inbox under a second name, which the team's
 // migrations, its stores and the command-line tool would each have to spell one way.
@@ -58,7 +58,7 @@ func (sqlite) CreateTable(t Table) []string {
 	}
 }
 
-// SchemaLock: SQLite's single writer runs one CREATE at a time.
+// SchemaLock: [SQLite]'s single writer runs one CREATE at a time.
 func (sqlite) SchemaLock() string { return "" }
 
 func (sqlite) DescribeTable(t Table) (string, []any) {
@@ -90,7 +90,7 @@ func (sqlite) UpgradeTable(Table) (string, []string, []string) { return "", nil,
 // sqliteDescribe describes the table (name ?1 in schema ?2) for the table check. A key
 // column's collation is the primary key index's. Exact: TEXT or BLOB affinity (an INTEGER or
 // NUMERIC one would store "0123" and "123" as one number) with the BINARY collation. Every
-// column holds bytes as they are (SQLite never converts a BLOB); processed_at holds the text
+// column holds bytes as they are ([SQLite] never converts a BLOB); processed_at holds the text
 // time DeleteExpired compares, unless an INTEGER or REAL affinity made it a number.
 const sqliteDescribe = `WITH x AS (
 	SELECT cid, name, type, pk, "notnull", dflt_value, hidden,
@@ -133,7 +133,7 @@ func (sqlite) UpdateProduced(t Table) string {
 	return `UPDATE ` + t.Quoted + ` SET produced = ? WHERE consumer = ? AND message_id = ?`
 }
 
-// Param: SQLite's drivers bind every parameter apart from the text.
+// Param: [SQLite]'s drivers bind every parameter apart from the text.
 func (sqlite) Param(value any) any { return value }
 
 // sqliteConstraintPrimaryKey is SQLITE_CONSTRAINT_PRIMARYKEY, the extended result code of a
@@ -160,8 +160,8 @@ func (sqlite) IsTransient(err error) bool {
 	return false
 }
 
-// sqliteCode reads the extended result code of a SQLite error: modernc.org/sqlite's *Error has
-// a Code() int method, found with errors.As; mattn/go-sqlite3's Error has an exported
+// sqliteCode reads the extended result code of a [SQLite] error: modernc.org/sqlite's *Error has
+// a Code() int method, found with [errors.As]; mattn/go-sqlite3's Error has an exported
 // ExtendedCode field, read by reflection, so that the library imports no SQLite driver.
 func sqliteCode(err error) (int, bool) {
 	var coded interface{ Code() int }
@@ -198,7 +198,7 @@ func (sqlite) Age(olderThan time.Duration) any {
 	return fmt.Sprintf("-%d.%06d seconds", micros/1e6, micros%1e6)
 }
 
-// CleanupLock: none. SQLite's single writer runs one batch at a time.
+// CleanupLock: none. [SQLite]'s single writer runs one batch at a time.
 func (sqlite) CleanupLock(Table) (take, release string, key any) { return "", "", nil }
 
 // TableSize: dbstat counts the pages of the table and its index; without it (a build without

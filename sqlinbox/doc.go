@@ -1,5 +1,5 @@
 // Package sqlinbox holds the store the inbox middleware claims messages in: an inbox table
-// on PostgreSQL, MySQL/MariaDB or SQLite, whose primary key (consumer, message_id) is the
+// on PostgreSQL, [MySQL]/MariaDB or [SQLite], whose primary key (consumer, message_id) is the
 // only duplicate check. Build one and hand it to inbox.NewMiddleware:
 //
 //	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{})                 // PostgreSQL, pgx: handlers get a pgx.Tx
@@ -12,7 +12,7 @@
 //
 // A [Store] claims, commits, checks its table and cleans it up the same way whatever it runs
 // on; its constructor decides only how the statements travel: [NewPgx] in pipelined pgx
-// batches, [NewDB] one database/sql statement at a time, [NewMultiStatement] as MySQL
+// batches, [NewDB] one database/sql statement at a time, [NewMultiStatement] as [MySQL]
 // multi-statement requests. A [Dialect] holds all the SQL of one database, the DDL included:
 // [Postgres], [MySQL] (MySQL and MariaDB) and [SQLite], each in a file of its own. [SchemaSQL]
 // returns the DDL, and [MigrationFiles] the same as the files of a migration tool (goose,
@@ -38,8 +38,8 @@
 //
 // # Another database
 //
-// A dialect for another database is a type that embeds the closest shipped Dialect and
-// overrides what differs, given to NewDB; see [Dialect], whose methods are an extension point
+// A dialect for another database is a type that embeds the closest shipped [Dialect] and
+// overrides what differs, given to [NewDB]; see [Dialect], whose methods are an extension point
 // that is not yet stable. Run the conformance suite (package inboxtest) on a store built with
 // it.
 //

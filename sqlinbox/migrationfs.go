@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// migrationFS is the fs.FS of MigrationFiles: a few files at its root, held in memory.
+// migrationFS is the [fs.FS] of [MigrationFiles]: a few files at its root, held in memory.
 type migrationFS struct{ files []migrationFile }
 
 // migrationFile is one file of a migrationFS.
@@ -19,7 +19,7 @@ var (
 	_ fs.ReadFileFS = migrationFS{}
 )
 
-// newMigrationFS returns the files, sorted by name as fs.ReadDir lists them.
+// newMigrationFS returns the files, sorted by name as [fs.ReadDir] lists them.
 func newMigrationFS(files ...migrationFile) migrationFS {
 	slices.SortFunc(files, func(a, b migrationFile) int { return strings.Compare(a.name, b.name) })
 	return migrationFS{files: files}
@@ -105,7 +105,7 @@ func (d *migrationDir) Read([]byte) (int, error) {
 	return 0, &fs.PathError{Op: "read", Path: ".", Err: fs.ErrInvalid}
 }
 
-// ReadDir returns the next n entries (all that are left if n <= 0), as fs.ReadDirFile says.
+// ReadDir returns the next n entries (all that are left if n <= 0), as [fs.ReadDirFile] says.
 func (d *migrationDir) ReadDir(n int) ([]fs.DirEntry, error) {
 	left := d.entries[d.read:]
 	if n <= 0 {

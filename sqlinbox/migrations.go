@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// MigrationFormat is the layout of one migration tool's files; see MigrationFiles.
+// MigrationFormat is the layout of one migration tool's files; see [MigrationFiles].
 type MigrationFormat string
 
-// The formats MigrationFiles writes.
+// The formats [MigrationFiles] writes.
 const (
 	// FormatGoose is one file, {version}_{name}.sql, with a "-- +goose Up" and a
 	// "-- +goose Down" section, for github.com/pressly/goose.
@@ -30,11 +30,11 @@ const (
 // MigrationFiles returns the migration that creates the inbox table table in dialect, as
 // files laid out for the migration tool format, for a team that creates its tables with its
 // own tool: write them into its migrations folder (the CLI's "watermill-inbox schema -format
-// goose -out DIR" does) or embed the fs.FS in a binary. The files are at the root of the
-// fs.FS, which both tools take as it is: goose.NewProvider(dialect, db, fsys) and
+// goose -out DIR" does) or embed the [fs.FS] in a binary. The files are at the root of the
+// [fs.FS], which both tools take as it is: goose.NewProvider(dialect, db, fsys) and
 // golang-migrate's iofs.New(fsys, ".").
 //
-// The up statements are exactly SchemaSQL's, which create a qualified table's schema first
+// The up statements are exactly [SchemaSQL]'s, which create a qualified table's schema first
 // if it does not exist; the down statement drops the table, and its index and claims with
 // it, but not the schema, which other tables may share. The name is create_ and the table's
 // name as given, its schema and the dot included ("create_app.billing_inbox"), so that two
@@ -57,14 +57,14 @@ func MigrationFiles(dialect Dialect, table string, format MigrationFormat, versi
 }
 
 // UpgradeFiles returns the migration that brings the inbox table table, made by an earlier
-// release, to this release's shape in dialect (Dialect.UpgradeTable), laid out as
-// MigrationFiles lays out the table's first migration: add it after that one. The name is
+// release, to this release's shape in dialect ([Dialect.UpgradeTable]), laid out as
+// [MigrationFiles] lays out the table's first migration: add it after that one. The name is
 // upgrade_, the table's name as given and the upgrade's ("upgrade_inbox_utc_processed_at"); the
 // version is MigrationFiles's. The upgrade changes nothing on a table that has the shape
 // already, so it is safe on a table this release created. A dialect whose table has not
 // changed returns an error saying so.
 //
-// The upgrades so far: MySQL/MariaDB's processed_at holds the time in UTC
+// The upgrades so far: [MySQL]/MariaDB's processed_at holds the time in UTC
 // (utc_processed_at); it converts the claims the table holds from the time zone of the
 // session that runs it, so run it in a session of the zone your services' sessions had.
 func UpgradeFiles(dialect Dialect, table string, format MigrationFormat, version string) (fs.FS, error) {
@@ -113,7 +113,7 @@ func validateVersion(version string) error {
 	return nil
 }
 
-// script joins statements as SchemaSQL does, each ended by ";" and a line break.
+// script joins statements as [SchemaSQL] does, each ended by ";" and a line break.
 func script(statements []string) string { return strings.Join(statements, ";\n") + ";\n" }
 
 // gooseStatements writes statements for goose's parser, which ends a statement at a line

@@ -25,23 +25,23 @@ import (
 //     the *sql.Tx sends its statements and COMMIT one request each (3 round trips for one
 //     statement), one that queues them with inbox.ExecAtCommit 2.
 //
-// Handlers get a *sql.Tx from inbox.TxFromContext[*sql.Tx], as with a store made by NewDB.
-// A node of a Galera or Percona XtraDB Cluster refuses it (see ErrMultiStatementRefused): use
+// Handlers get a [*sql.Tx] from [inbox.TxFromContext][*sql.Tx], as with a store made by [NewDB].
+// A node of a Galera or Percona XtraDB Cluster refuses it (see [ErrMultiStatementRefused]): use
 // NewDB there.
 //
 // connector is go-sql-driver/mysql's (mysql.NewConnector), with MultiStatements and
-// InterpolateParams set in its Config (the DSN's multiStatements=true&interpolateParams=true):
+// InterpolateParams set in its [Config] (the DSN's multiStatements=true&interpolateParams=true):
 // the driver must run several statements in one call with the parameters written into the
 // text. Without them CheckTable and every message fail with an error wrapping
-// ErrMultiStatementRefused that says so, and the message is nacked. Queued statements must
+// [ErrMultiStatementRefused] that says so, and the message is nacked. Queued statements must
 // then hold no "?" other than their parameters, and be one statement each: a request whose
 // server ran more or fewer statements than it holds (a queued text of two statements, or one
 // that ends in an unterminated comment) is rolled back and its message nacked, never taken as
 // committed. multiStatements widens what a statement built from input could do, and
 // client-side interpolation is unsafe in some character sets, which the store refuses (see
-// MySQL; SECURITY.md).
+// [MySQL]; SECURITY.md).
 //
-// dialect must have MultiStatement SQL (MySQL has). Config.Begin is refused: a message's
+// dialect must have MultiStatement SQL ([MySQL] has). [Config.Begin] is refused: a message's
 // transaction begins in a request of the store's own.
 func NewMultiStatement(connector driver.Connector, dialect Dialect, config Config) (*Store, *sql.DB, error) {
 	if connector == nil {
@@ -71,7 +71,7 @@ func NewMultiStatement(connector driver.Connector, dialect Dialect, config Confi
 	return s, db, nil
 }
 
-// multiPool runs a store's messages as multi-statement requests on the pool NewMultiStatement
+// multiPool runs a store's messages as multi-statement requests on the pool [NewMultiStatement]
 // opened; everything else runs as on any database/sql pool.
 type multiPool struct {
 	dbPool
@@ -93,7 +93,7 @@ func (p *multiPool) session(ctx context.Context) (session, error) {
 // it.
 func (p *multiPool) claimSkips(bool) bool { return false }
 
-// multiSession is one message's transaction on a connection of NewMultiStatement's pool.
+// multiSession is one message's transaction on a connection of [NewMultiStatement]'s pool.
 type multiSession struct {
 	pool *multiPool
 	conn *sql.Conn

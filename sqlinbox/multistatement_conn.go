@@ -10,7 +10,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/internal/txmark"
 )
 
-// multiStatementConnector wraps the driver's connector for NewMultiStatement's pool. Its
+// multiStatementConnector wraps the driver's connector for [NewMultiStatement]'s pool. Its
 // connections forward every call to the driver's, except that the store can begin a
 // transaction with a multi-statement request of its own and have the next BeginTx adopt it,
 // and end an adopted transaction with a request that ends in COMMIT: database/sql sends a
@@ -39,7 +39,7 @@ func (c *multiStatementConnector) Close() error {
 	return nil
 }
 
-// multiStatementConn is one connection of NewMultiStatement's pool. database/sql uses a
+// multiStatementConn is one connection of [NewMultiStatement]'s pool. database/sql uses a
 // connection from one goroutine at a time, so its fields need no lock.
 type multiStatementConn struct {
 	conn driver.Conn
@@ -156,7 +156,7 @@ func (c *multiStatementConn) BeginTx(ctx context.Context, opts driver.TxOptions)
 	return c.conn.Begin() //nolint:staticcheck // a driver without BeginTx
 }
 
-// Begin implements driver.Conn; database/sql calls BeginTx.
+// Begin implements [driver.Conn]; database/sql calls BeginTx.
 func (c *multiStatementConn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
 }

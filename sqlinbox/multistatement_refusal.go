@@ -8,7 +8,7 @@ import (
 )
 
 // ErrMultiStatementRefused is wrapped by the error of every message of a store made by
-// NewMultiStatement that cannot send its requests safely, and by the error of its CheckTable:
+// [NewMultiStatement] that cannot send its requests safely, and by the error of its CheckTable:
 //
 //   - its driver does not run multi-statement requests (go-sql-driver/mysql without
 //     multiStatements=true and interpolateParams=true in the DSN): every request would fail;
@@ -20,12 +20,12 @@ import (
 // Nothing is sent, claimed or committed, and in the claim-first mode the handler does not
 // run: the message is nacked, and the store's IsTransient reports the error, so that
 // inbox.Poisonous keeps the message out of the poison queue. The error says what to change:
-// the DSN, or a store made by NewDB, whose modes send a statement at a time and are exactly
+// the DSN, or a store made by [NewDB], whose modes send a statement at a time and are exactly
 // once on such a node.
 var ErrMultiStatementRefused = errors.New("sqlinbox: multi-statement requests refused")
 
 // refuse returns nil once the driver and the server passed the check, or an error wrapping
-// ErrMultiStatementRefused that says why mode is refused and what to use instead. A refusal
+// [ErrMultiStatementRefused] that says why mode is refused and what to use instead. A refusal
 // is kept for the store's life: it is a store chosen for the wrong database or configured
 // with the wrong DSN, which a restart fixes, not the database.
 func (s *Store) refuse(ctx context.Context, mode string) error {
@@ -51,8 +51,8 @@ func (e *driverRefusal) Error() string {
 
 func (e *driverRefusal) Unwrap() []error { return []error{ErrMultiStatementRefused, e.err} }
 
-// checkServer sends the dialect's Probe, then runs MultiStatementSQL.Refuse: an error wrapping
-// ErrMultiStatementRefused if the driver fails the probe (with an error that is not the
+// checkServer sends the dialect's Probe, then runs [MultiStatementSQL.Refuse]: an error wrapping
+// [ErrMultiStatementRefused] if the driver fails the probe (with an error that is not the
 // database's being away) or a value is ON, another error if a query failed (no verdict), nil
 // if requests may be sent.
 func (s *Store) checkServer(ctx context.Context) error {

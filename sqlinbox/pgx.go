@@ -14,7 +14,7 @@ import (
 )
 
 // NewPgx returns a store that claims messages in table config.Table of PostgreSQL through
-// pool, in pipelined batches; handlers get a pgx.Tx from inbox.TxFromContext[pgx.Tx].
+// pool, in pipelined batches; handlers get a [pgx.Tx] from inbox.TxFromContext[pgx.Tx].
 //
 // The store acquires a connection for each message and keeps it until the transaction ends,
 // so that it can send statements in batches: BEGIN travels with the claim, and the
@@ -32,7 +32,7 @@ import (
 // nothing: set one of the first two behind a pooler in transaction mode (PgBouncer, RDS
 // Proxy), where each transaction may run on another server connection (docs/pooler.md).
 //
-// Config.Begin is refused: handlers of a pgx store get the pgx.Tx.
+// [Config.Begin] is refused: handlers of a pgx store get the [pgx.Tx].
 func NewPgx(pool *pgxpool.Pool, config Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("sqlinbox: NewPgx: pool is nil")
@@ -163,7 +163,7 @@ func (q pgxQuerier) query(ctx context.Context, query string, args ...any) (rows,
 	return pgxRows{r}, nil
 }
 
-// pgxRows gives pgx.Rows the Close of *sql.Rows.
+// pgxRows gives [pgx.Rows] the Close of [*sql.Rows].
 type pgxRows struct{ pgx.Rows }
 
 func (r pgxRows) Close() error { r.Rows.Close(); return r.Err() }

@@ -10,7 +10,7 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// PipelineConfig configures how a store made by NewPgxPipeline pipelines the write-behind
+// PipelineConfig configures how a store made by [NewPgxPipeline] pipelines the write-behind
 // requests of messages in flight at the same time. The zero value is ready to use.
 type PipelineConfig struct {
 	// Connections is the most connections that send pipelines at once, each acquired from
@@ -20,7 +20,7 @@ type PipelineConfig struct {
 	// pipelines sooner, but each connection's messages commit one after the other, each
 	// waiting for its own WAL flush, so fewer than the database can run at once lower the
 	// throughput. Default: the pool's MaxConns: while a connection is free a delivery
-	// costs what it costs on NewPgx, and deliveries coalesce once every one is busy.
+	// costs what it costs on [NewPgx], and deliveries coalesce once every one is busy.
 	Connections int
 
 	// Messages is the most messages one pipeline carries. Default: 16.
@@ -29,8 +29,8 @@ type PipelineConfig struct {
 
 const defaultPipelineMessages = 16
 
-// NewPgxPipeline returns a store like NewPgx's whose write-behind mode
-// (inbox.Config.WriteBehind) sends the requests of messages in flight at the same time
+// NewPgxPipeline returns a store like [NewPgx]'s whose write-behind mode
+// ([inbox.Config.WriteBehind]) sends the requests of messages in flight at the same time
 // together: one pipeline on one connection, each message's claim, queued statements and
 // record followed by a Sync of its own. Each message is still its own transaction (the
 // implicit transaction PostgreSQL runs between two Syncs, without BEGIN or COMMIT): a
@@ -44,9 +44,9 @@ const defaultPipelineMessages = 16
 // out.
 //
 // Coalescing waits for nothing: a delivery that finds a connection free (see
-// PipelineConfig.Connections) sends at once, with whatever deliveries wait at that moment,
+// [PipelineConfig.Connections]) sends at once, with whatever deliveries wait at that moment,
 // so that a lone delivery costs one round trip; deliveries that arrive while every such
-// connection is busy go together in the next pipeline, up to PipelineConfig.Messages. The
+// connection is busy go together in the next pipeline, up to [PipelineConfig.Messages]. The
 // store starts no goroutine: the delivery that finds a connection free sends the pipeline
 // and hands out its results.
 //
@@ -54,11 +54,11 @@ const defaultPipelineMessages = 16
 // subscribers deliver concurrently (gochannel, RabbitMQ with prefetch and several handlers,
 // Kafka with partition concurrency, NATS, Redis consumer groups), over a network whose
 // round trip is long next to a message's work in the database. Handlers must only queue
-// their writes (inbox.ExecAtCommit), as write-behind mode requires. The claim-first mode
-// (inbox.Config.WriteBehind false, inbox.TxFromContext) runs as on NewPgx: one connection
+// their writes ([inbox.ExecAtCommit]), as write-behind mode requires. The claim-first mode
+// ([inbox.Config.WriteBehind] false, [inbox.TxFromContext]) runs as on [NewPgx]: one connection
 // per message from its claim to its commit, unpipelined.
 //
-// The store follows the pool's ConnConfig.DefaultQueryExecMode as NewPgx does: in the
+// The store follows the pool's ConnConfig.DefaultQueryExecMode as [NewPgx] does: in the
 // caching modes it prepares its texts by name on each connection once and binds them in
 // the pipeline; in QueryExecModeExec, QueryExecModeSimpleProtocol and
 // QueryExecModeDescribeExec it prepares nothing and sends each statement with its
@@ -70,7 +70,7 @@ const defaultPipelineMessages = 16
 // statement's first argument rewrites it, as in a pgx.Batch. pgx's tracers do not see the
 // pipelined statements: they are sent on the connection's pgconn.PgConn.
 //
-// Config.Begin is refused, as by NewPgx. PostgreSQL only: MySQL's and MariaDB's protocol
+// [Config.Begin] is refused, as by [NewPgx]. PostgreSQL only: [MySQL]'s and MariaDB's protocol
 // cannot pipeline.
 func NewPgxPipeline(pool *pgxpool.Pool, config Config, pipeline PipelineConfig) (*Store, error) {
 	if pool == nil {
@@ -103,7 +103,7 @@ func NewPgxPipeline(pool *pgxpool.Pool, config Config, pipeline PipelineConfig) 
 	return s, nil
 }
 
-// pipelinePool is NewPgx's pool whose write-behind sessions go through a combiner.
+// pipelinePool is [NewPgx]'s pool whose write-behind sessions go through a combiner.
 type pipelinePool struct {
 	*pgxPool
 	combiner *combiner
@@ -115,7 +115,7 @@ func (p *pipelinePool) session(context.Context) (session, error) {
 	return &pipelineSession{pool: p}, nil
 }
 
-// pipelineSession is one message on a store made by NewPgxPipeline: in the claim-first
+// pipelineSession is one message on a store made by [NewPgxPipeline]: in the claim-first
 // mode a pgxSession on a connection of its own, in write-behind mode a request to the
 // combiner.
 type pipelineSession struct {

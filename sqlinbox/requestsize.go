@@ -8,14 +8,14 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// A request larger than the server accepts (MySQL's max_allowed_packet) fails with an error
+// A request larger than the server accepts ([MySQL]'s max_allowed_packet) fails with an error
 // that does not say so: the server closes the connection, and the driver reports "connection
 // reset by peer", "invalid connection", error 1153 or 1105, or refuses to interpolate the
 // parameters. The store explains such a failure after the fact, asking the server for its
 // limit only then: a request that succeeds costs nothing.
 
 // explainSizeFrom is the smallest request whose failure the store explains: smaller ones fit
-// every server (MySQL's smallest max_allowed_packet is 1 KiB, but nobody runs one that small
+// every server ([MySQL]'s smallest max_allowed_packet is 1 KiB, but nobody runs one that small
 // and an outage should not cost a query per failed message).
 const explainSizeFrom = 64 << 10
 
@@ -24,7 +24,7 @@ const explainSizeFrom = 64 << 10
 const limitLookup = 2 * time.Second
 
 // requestSize is about the bytes that statements take in one request: their text and their
-// string and binary arguments (the inbox's own already hex-encoded on MySQL; see Param).
+// string and binary arguments (the inbox's own already hex-encoded on [MySQL]; see Param).
 func requestSize(statements []statement) int64 {
 	var n int64
 	for _, st := range statements {
@@ -44,7 +44,7 @@ func requestSize(statements []statement) int64 {
 }
 
 // explainSize returns err, or, for a failed request of statements larger than the server's
-// limit, an error that says so and wraps inbox.ErrRecordTooLarge (the same record fails the
+// limit, an error that says so and wraps [inbox.ErrRecordTooLarge] (the same record fails the
 // same way on every delivery: the message's failure, not the infrastructure's) and err.
 func (s *Store) explainSize(ctx context.Context, statements []statement, err error) error {
 	query := s.sql.dialect.requestLimit()

@@ -17,7 +17,7 @@ import (
 // copy of its message can still arrive. Cleanup deletes the rows older than a retention, of
 // every consumer (also of consumers that no longer exist), in bounded batches.
 
-// Cleaner deletes claims older than a retention. [Store] implements it; a RetentionRunner runs
+// Cleaner deletes claims older than a retention. [Store] implements it; a [RetentionRunner] runs
 // one.
 type Cleaner interface {
 	// Cleanup deletes the claims older than olderThan, by the database's clock (the one
@@ -25,7 +25,7 @@ type Cleaner interface {
 	// its own transaction, until a batch finds fewer; it returns the number of rows
 	// deleted, also when it stops early with an error (a cancelled ctx, a failed
 	// statement). One cleanup of a table runs at a time: a cleanup that finds another
-	// holding the table's lock returns ErrCleanupBusy at once, having deleted nothing.
+	// holding the table's lock returns [ErrCleanupBusy] at once, having deleted nothing.
 	//
 	// A row deleted while a copy of its message can still arrive lets that copy be
 	// processed again: choose olderThan longer than the longest redelivery path
@@ -39,11 +39,11 @@ var (
 )
 
 // DefaultCleanupBatchSize is the number of rows one cleanup statement deletes when
-// CleanupConfig.BatchSize is 0.
+// [CleanupConfig.BatchSize] is 0.
 const DefaultCleanupBatchSize = 10_000
 
-// ErrCleanupBusy is returned by Store.Cleanup, having deleted nothing, when another cleanup of the same table holds its lock (PostgreSQL: a
-// transaction-level advisory lock; MySQL: a named lock, GET_LOCK). SQLite takes no lock and
+// ErrCleanupBusy is returned by [Store.Cleanup], having deleted nothing, when another cleanup of the same table holds its lock (PostgreSQL: a
+// transaction-level advisory lock; [MySQL]: a named lock, GET_LOCK). [SQLite] takes no lock and
 // never returns it.
 var ErrCleanupBusy = errors.New("sqlinbox: another cleanup of this table is running")
 
@@ -51,7 +51,7 @@ var ErrCleanupBusy = errors.New("sqlinbox: another cleanup of this table is runn
 type CleanupConfig struct {
 	// BatchSize is the most rows one DELETE removes; each batch is a transaction of its own,
 	// so locks are held briefly and an interrupted pass keeps what it deleted.
-	// Default: DefaultCleanupBatchSize (10,000).
+	// Default: [DefaultCleanupBatchSize] (10,000).
 	BatchSize int
 
 	// Pause is how long to wait between batches, leaving the database to the claims.
@@ -63,7 +63,7 @@ type CleanupConfig struct {
 	// during every call, so a slow Progress delays other cleanups, not claims.
 	Progress func(CleanupProgress)
 
-	// MeterProvider receives the inbox.cleanup.rows_deleted counter (inboxotel.MetricRowsCleaned),
+	// MeterProvider receives the inbox.cleanup.rows_deleted counter ([inboxotel.MetricRowsCleaned]),
 	// with the attribute "table". Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
@@ -78,7 +78,7 @@ func newRowsCleaned(provider metric.MeterProvider) (metric.Int64Counter, error) 
 	return counter, nil
 }
 
-// CleanupProgress is the state of a cleanup pass, as given to CleanupConfig.Progress.
+// CleanupProgress is the state of a cleanup pass, as given to [CleanupConfig.Progress].
 type CleanupProgress struct {
 	// Batches is the number of batches done; Batch the rows the last one deleted.
 	Batches int
@@ -117,14 +117,14 @@ func validateOlderThan(olderThan time.Duration) error {
 	return nil
 }
 
-// Cleanup implements Cleaner. A pass holds the dialect's lock (Dialect.CleanupLock) from
+// Cleanup implements [Cleaner]. A pass holds the dialect's lock ([Dialect.CleanupLock]) from
 // before its first batch to after its last. On PostgreSQL that is a transaction-level
 // advisory lock keyed by the table's OID, in a transaction kept open on one connection for
 // the pass while the batches run on the pool's other connections (a pool limited to one
 // connection is refused); it ends with its transaction, also when the cleaner is killed, its
-// connection lost, or a pooler in transaction mode sits between. On MySQL/MariaDB it is a
+// connection lost, or a pooler in transaction mode sits between. On [MySQL]/MariaDB it is a
 // named lock (GET_LOCK) for the database and table, a session lock taken, used and released
-// on the one connection the pass runs on. SQLite takes no lock: its single writer runs one
+// on the one connection the pass runs on. [SQLite] takes no lock: its single writer runs one
 // batch at a time.
 func (s *Store) Cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig) (int64, error) {
 	return s.cleanup(ctx, olderThan, config, nil)
@@ -314,13 +314,13 @@ func (s *Store) pass(ctx context.Context, batches querier, lock *cleanupLock, ar
 	}
 }
 
-// passConfig is one pass's CleanupConfig, with defaults, and its counter.
+// passConfig is one pass's [CleanupConfig], with defaults, and its counter.
 type passConfig struct {
 	CleanupConfig
 	rowsCleaned metric.Int64Counter
 }
 
-// preparePass validates a pass; rowsCleaned, if not nil, is the counter a RetentionRunner
+// preparePass validates a pass; rowsCleaned, if not nil, is the counter a [RetentionRunner]
 // made once for all its passes.
 func preparePass(olderThan time.Duration, config CleanupConfig, rowsCleaned metric.Int64Counter) (passConfig, error) {
 	if err := validateOlderThan(olderThan); err != nil {
@@ -339,7 +339,7 @@ func preparePass(olderThan time.Duration, config CleanupConfig, rowsCleaned metr
 	return passConfig{config, rowsCleaned}, nil
 }
 
-// countedCleaner is a Cleaner that can count its rows on a counter made once.
+// countedCleaner is a [Cleaner] that can count its rows on a counter made once.
 type countedCleaner interface {
 	cleanup(ctx context.Context, olderThan time.Duration, config CleanupConfig, rowsCleaned metric.Int64Counter) (int64, error)
 }

@@ -12,14 +12,14 @@ import (
 )
 
 // DefaultRetentionInterval is the time between cleanup passes when
-// RetentionConfig.Interval is 0.
+// [RetentionConfig.Interval] is 0.
 const DefaultRetentionInterval = time.Hour
 
 // DefaultRetentionRetryDelay is the wait before the first retry of a failed cleanup pass when
-// RetentionConfig.RetryDelay is 0.
+// [RetentionConfig.RetryDelay] is 0.
 const DefaultRetentionRetryDelay = 10 * time.Second
 
-// RetentionConfig configures a RetentionRunner.
+// RetentionConfig configures a [RetentionRunner].
 type RetentionConfig struct {
 	// Retention is how long a claim is kept: a pass deletes the rows whose processed_at is
 	// older. Required. Make it longer than the longest time in which a copy of a message can
@@ -29,17 +29,17 @@ type RetentionConfig struct {
 
 	// Interval is the time from the end of one pass to the start of the next, after a pass
 	// that succeeded or found another instance's pass running.
-	// Default: DefaultRetentionInterval (1 hour).
+	// Default: [DefaultRetentionInterval] (1 hour).
 	Interval time.Duration
 
 	// RetryDelay is the wait after a pass that failed (a lost connection, a database
 	// restarting) before the next. It doubles with each failure in a row, up to Interval,
 	// and each wait is shortened by a random part of up to a half, so that instances that
-	// failed together do not retry together. Default: DefaultRetentionRetryDelay (10 s).
+	// failed together do not retry together. Default: [DefaultRetentionRetryDelay] (10 s).
 	RetryDelay time.Duration
 
 	// Cleanup configures every pass: BatchSize, Pause, Progress and MeterProvider, with
-	// CleanupConfig's defaults.
+	// [CleanupConfig]'s defaults.
 	Cleanup CleanupConfig
 }
 
@@ -67,16 +67,16 @@ func (c RetentionConfig) validate() error {
 }
 
 // RetentionRunner runs a cleanup pass at start and then every Interval; a pass that fails
-// is retried sooner (RetentionConfig.RetryDelay). Every instance of a service may run one:
-// on PostgreSQL and MySQL a pass that finds another instance's pass running skips its turn
-// (ErrCleanupBusy), so one instance deletes at a time.
+// is retried sooner ([RetentionConfig.RetryDelay]). Every instance of a service may run one:
+// on PostgreSQL and [MySQL] a pass that finds another instance's pass running skips its turn
+// ([ErrCleanupBusy]), so one instance deletes at a time.
 type RetentionRunner struct {
 	store       Cleaner
 	config      RetentionConfig
 	logger      watermill.LoggerAdapter
 	rowsCleaned metric.Int64Counter // made once, for the passes of a countedCleaner
 
-	// after and jitter are time.After and a random duration in [0, n); tests replace them.
+	// after and jitter are [time.After] and a random duration in [0, n); tests replace them.
 	after  func(time.Duration) <-chan time.Time
 	jitter func(n time.Duration) time.Duration
 }

@@ -76,7 +76,7 @@ type querier interface {
 	query(ctx context.Context, query string, args ...any) (rows, error)
 }
 
-// rows is what a querier's query returns: *sql.Rows, or pgx.Rows with an adapted Close.
+// rows is what a querier's query returns: [*sql.Rows], or pgx.Rows with an adapted Close.
 type rows interface {
 	Next() bool
 	Scan(dest ...any) error
@@ -95,11 +95,11 @@ type session interface {
 	// where the session can.
 	begin(ctx context.Context, first []statement) (failed int, err error)
 	// handle is what the handler writes through while the transaction is open: pgx.Tx,
-	// *sql.Tx, or the data layer's transaction (Config.Begin).
+	// [*sql.Tx], or the data layer's transaction ([Config.Begin]).
 	handle() any
 	// commit sends statements in the transaction begin began, then COMMIT, as one request
 	// where the session can. A transaction the handler ended itself is an error wrapping
-	// inbox.ErrTxEndedByHandler.
+	// [inbox.ErrTxEndedByHandler].
 	commit(ctx context.Context, statements []statement) (failed int, err error)
 	// run sends BEGIN, statements and COMMIT, as one request where the session can.
 	run(ctx context.Context, statements []statement) (failed int, err error)
@@ -109,7 +109,7 @@ type session interface {
 	// a duplicate of the claim, and ends the transaction. Where the transaction is aborted
 	// (PostgreSQL's after an error) the read runs after the ROLLBACK, outside it; a session
 	// that sends a statement at a time reads in the transaction, which the claim that skipped
-	// the duplicate (or InnoDB's and SQLite's, after the duplicate-key error) left usable, so
+	// the duplicate (or InnoDB's and [SQLite]'s, after the duplicate-key error) left usable, so
 	// that the read stays on one connection behind a transaction pooler.
 	rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error)
 	// abort ends the transaction a failed statement left open, if any, and returns the error

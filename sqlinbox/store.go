@@ -7,9 +7,9 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// Store is an inbox.Store on an inbox table of PostgreSQL, MySQL/MariaDB or SQLite, whose
-// primary key (consumer, message_id) is the only duplicate check. NewPgx, NewDB and
-// NewMultiStatement build one; they differ only in how a message's statements travel to the
+// Store is an [inbox.Store] on an inbox table of PostgreSQL, [MySQL]/MariaDB or [SQLite], whose
+// primary key (consumer, message_id) is the only duplicate check. [NewPgx], [NewDB] and
+// [NewMultiStatement] build one; they differ only in how a message's statements travel to the
 // database:
 //
 //   - NewPgx, on a pgx pool: in pipelined batches. BEGIN travels with the claim, and the
@@ -21,9 +21,9 @@ import (
 //   - NewMultiStatement, on MySQL or MariaDB: as multi-statement requests, several statements
 //     in one request. Handlers get a *sql.Tx.
 //
-// Every Store claims, commits, checks its table, creates it and cleans it up the same way.
+// Every [Store] claims, commits, checks its table, creates it and cleans it up the same way.
 // Before its first claim it reads the table's shape from the catalog and refuses a table that
-// cannot guard against duplicates (ErrTableMismatch; see CheckTable).
+// cannot guard against duplicates ([ErrTableMismatch]; see CheckTable).
 type Store struct {
 	pool    pool
 	sql     statements
@@ -51,8 +51,8 @@ func (s *Store) Dialect() Dialect { return s.sql.dialect }
 func (s *Store) Table() Table { return s.sql.table }
 
 // InitializeSchema creates the inbox table and its index if they do not exist, in one
-// transaction (see Dialect.CreateTable), then checks the table (see CheckTable): a table found
-// in a shape that cannot guard is an error wrapping ErrTableMismatch. It is safe to call on
+// transaction (see [Dialect.CreateTable]), then checks the table (see CheckTable): a table found
+// in a shape that cannot guard is an error wrapping [ErrTableMismatch]. It is safe to call on
 // every start, from every instance at once. It needs the CREATE privilege.
 func (s *Store) InitializeSchema(ctx context.Context) error {
 	createErr := s.pool.inTx(ctx, true, func(q querier) error {

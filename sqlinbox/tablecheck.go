@@ -17,14 +17,14 @@ import (
 // shape from the database's catalog and refuse such a table before any message is processed.
 
 // ErrTableMismatch is wrapped by the error of every claim of a [Store] whose inbox table
-// cannot guard against duplicates (Store.Claim and Store.ClaimAndCommit), of its
+// cannot guard against duplicates ([Store.Claim] and [Store.ClaimAndCommit]), of its
 // InitializeSchema when the table it found is such a table, and of its CheckTable. The
 // message says which table, what is wrong and what is wanted. Nothing is claimed or
 // committed and, in claim-first mode, the handler does not run: the message is nacked. A
 // missing table is reported with it too.
 var ErrTableMismatch = errors.New("sqlinbox: the inbox table cannot guard against duplicates")
 
-// column is one column of the inbox table as Dialect.DescribeTable reports it; see there.
+// column is one column of the inbox table as [Dialect.DescribeTable] reports it; see there.
 type column struct {
 	name, typ                                     string
 	keyPosition                                   int64
@@ -39,7 +39,7 @@ var (
 )
 
 // judgeTable returns nil if columns, as the dialect's DescribeTable described table, describe a
-// table that guards against duplicates, else an error wrapping ErrTableMismatch with every
+// table that guards against duplicates, else an error wrapping [ErrTableMismatch] with every
 // reason.
 func judgeTable(dialect Dialect, table Table, columns []column) error {
 	keyType, binaryType, timeType := dialect.ColumnTypes()
@@ -124,7 +124,7 @@ func migrationCommand(dialect Dialect, table Table) string {
 	return fmt.Sprintf(`"watermill-inbox schema -format goose -dialect %s -table %s -out DIR"`, dialect.Name(), name)
 }
 
-// upgradeCommand is the command that writes the migration upgrading table (UpgradeFiles).
+// upgradeCommand is the command that writes the migration upgrading table ([UpgradeFiles]).
 func upgradeCommand(dialect Dialect, table Table) string {
 	return strings.Replace(migrationCommand(dialect, table), "schema ", "schema -upgrade ", 1)
 }
@@ -133,7 +133,7 @@ func tableMismatch(table Table, problems []string) error {
 	return mismatchError("sqlinbox: table " + table.Quoted + " cannot guard against duplicates: " + strings.Join(problems, "; "))
 }
 
-// mismatchError is a refused table's message; it wraps ErrTableMismatch.
+// mismatchError is a refused table's message; it wraps [ErrTableMismatch].
 type mismatchError string
 
 func (e mismatchError) Error() string { return string(e) }
@@ -148,16 +148,16 @@ func sameSet(a, b []string) bool {
 func isTableMismatch(err error) bool { return errors.Is(err, ErrTableMismatch) }
 
 // CheckTable reads the inbox table's shape from the database's catalog and returns an error
-// wrapping ErrTableMismatch if it cannot guard against duplicates, another error if the
+// wrapping [ErrTableMismatch] if it cannot guard against duplicates, another error if the
 // catalog could not be read, nil if the table is fit. The store runs it before its first
 // claim; call it at start-up too, so that a service on a table that cannot guard refuses to
 // start, and from a readiness probe. Its verdict is the store's: a refused table is refused
 // by every claim until a check passes (at most every 5 s while messages arrive), a table
 // that passes is used at once.
 //
-// On a store made by NewMultiStatement it also checks that the driver runs multi-statement
+// On a store made by [NewMultiStatement] it also checks that the driver runs multi-statement
 // requests and that the server is not one that breaks them, and returns the error wrapping
-// ErrMultiStatementRefused that every message would get; that verdict is kept for the
+// [ErrMultiStatementRefused] that every message would get; that verdict is kept for the
 // store's life.
 func (s *Store) CheckTable(ctx context.Context) error {
 	if err := s.table.check(ctx, s.table.passing(s.describe)); err != nil {

@@ -16,7 +16,7 @@ import (
 // within 10 s.
 const tableRecheckInterval = 5 * time.Second
 
-// tableGuard is a store's table check, run before its first claim (see Store.CheckTable).
+// tableGuard is a store's table check, run before its first claim (see [Store.CheckTable]).
 // A check that passes also keeps the name of the table's primary key, which IsDuplicateKey
 // compares with the constraint a failed claim names.
 type tableGuard struct {

@@ -8,20 +8,20 @@ import (
 	"strings"
 )
 
-// ErrInvalidTableName is wrapped by the error of every constructor, SchemaSQL and
-// MigrationFiles for a table name that could carry SQL (see ValidateTableName), and by a
-// Dialect's ParseTable for one its database cannot hold.
+// ErrInvalidTableName is wrapped by the error of every constructor, [SchemaSQL] and
+// [MigrationFiles] for a table name that could carry SQL (see [ValidateTableName]), and by a
+// [Dialect]'s ParseTable for one its database cannot hold.
 var ErrInvalidTableName = errors.New("sqlinbox: invalid table name")
 
-// errNoDialect is the error for a nil Dialect.
+// errNoDialect is the error for a nil [Dialect].
 var errNoDialect = errors.New("sqlinbox: no dialect: use sqlinbox.Postgres(), sqlinbox.MySQL() or sqlinbox.SQLite()")
 
-// maxIdentifierLength is PostgreSQL's limit (MySQL allows 64, SQLite more).
+// maxIdentifierLength is PostgreSQL's limit ([MySQL] allows 64, [SQLite] more).
 const maxIdentifierLength = 63
 
 // ValidateTableName accepts a table name made of ASCII letters, digits and underscores, not
 // starting with a digit, at most 63 bytes, optionally qualified by a schema of the same form
-// ("inbox", "billing.inbox"). Anything else returns an error wrapping ErrInvalidTableName:
+// ("inbox", "billing.inbox"). Anything else returns an error wrapping [ErrInvalidTableName]:
 // the name is the one thing the inbox puts into SQL text, so it must not be able to carry
 // SQL.
 func ValidateTableName(table string) error {
@@ -51,7 +51,7 @@ func isIdentifier(s string) bool {
 	return true
 }
 
-// parseQualified validates table with ValidateTableName and quotes each part with quote.
+// parseQualified validates table with [ValidateTableName] and quotes each part with quote.
 func parseQualified(table string, quote func(identifier string) string) (Table, error) {
 	if err := ValidateTableName(table); err != nil {
 		return Table{}, err

@@ -6,7 +6,7 @@ import (
 )
 
 // TableSize returns the bytes the inbox table and its indexes take, as the dialect measures
-// them (Dialect.TableSize), and a note on what was measured.
+// them ([Dialect.TableSize]), and a note on what was measured.
 func (s *Store) TableSize(ctx context.Context) (bytes int64, note string, err error) {
 	queries := s.sql.dialect.TableSize(s.sql.table)
 	if len(queries) == 0 {

@@ -28,7 +28,7 @@ import (
 //
 // Everything else is the message's: a constraint that a handler's statement, a queued one or
 // its COMMIT violates, say, and a request too large for the server (an error wrapping
-// inbox.ErrRecordTooLarge), even when the server reset the connection over it: every
+// [inbox.ErrRecordTooLarge]), even when the server reset the connection over it: every
 // delivery of the message would fail the same way.
 func (s *Store) IsTransient(err error) bool {
 	if err == nil || errors.Is(err, inbox.ErrRecordTooLarge) {

@@ -8,11 +8,11 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// ClaimAndCommit implements inbox.WriteBehindStore: BEGIN, the lock timeout (if set), the
+// ClaimAndCommit implements [inbox.WriteBehindStore]: BEGIN, the lock timeout (if set), the
 // claim as a plain INSERT, the statements, the record of produced messages and COMMIT, as one
 // request where the store's driver can send one (pgx, multi-statement requests): one round
 // trip. A duplicate makes the claim fail on the primary key, which ends the request; ROLLBACK
-// and the read of the committed claim then share another. A store made by NewDB sends the
+// and the read of the committed claim then share another. A store made by [NewDB] sends the
 // same statements one at a time.
 func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []inbox.Statement, produced []byte) (*inbox.Record, error) {
 	if err := s.before(ctx, writeBehindMode); err != nil {
