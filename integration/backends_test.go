@@ -86,8 +86,13 @@ func pgxBackendWith(t *testing.T, configure ...func(*pgxpool.Config)) *backend {
 // pgxBackendAt is pgxBackendWith with the store reaching PostgreSQL at storeURL (through
 // the proxy that outage cuts), such as a pooler's; direct still reaches it directly.
 func pgxBackendAt(t *testing.T, storeURL string, configure ...func(*pgxpool.Config)) *backend {
+	return pgxBackendOn(t, testenv.PostgresURL(t), storeURL, configure...)
+}
+
+// pgxBackendOn is pgxBackendAt with direct reaching directURL: a server of the test's own,
+// which it may stop.
+func pgxBackendOn(t *testing.T, directURL, storeURL string, configure ...func(*pgxpool.Config)) *backend {
 	ctx := context.Background()
-	directURL := testenv.PostgresURL(t)
 	proxy := startProxy(t, hostOf(t, storeURL))
 	direct := openPgxPool(t, directURL)
 	proxied := openPgxPool(t, withHost(t, storeURL, proxy.Addr()), configure...)

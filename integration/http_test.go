@@ -17,6 +17,7 @@ import (
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/inboxhttp"
+	"github.com/inboxkit/watermill-inbox/internal/testenv"
 )
 
 // orderHandler is an HTTP endpoint that creates an order: it writes one business row
@@ -277,6 +278,67 @@ func TestHTTPConcurrentCopiesAreOneRequest(t *testing.T) {
 		t.Errorf("%d runs, want 1", n)
 	}
 	wantRows(t, "business rows", b.invoices(t, "billing", "once"), 1)
+}
+
+// The database really stopped: a PostgreSQL of the test's own shut down at once (as
+// pg_ctl stop -m immediate does) for 5 s while requests arrive. Each gets 503 with
+// Retry-After and the handler never runs; none is recorded as done; once the server is back
+// each succeeds on its retry, with one business row and one claim.
+func TestHTTPDatabaseStopped(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewPostgres(t)
+	b := pgxBackendOn(t, srv.URL(), srv.URL())
+	h := &orderHandler{b: b}
+	mw, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: "billing"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := httptest.NewServer(mw(h))
+	t.Cleanup(server.Close)
+	if r := post(t, server.Client(), server.URL, "before", "before", nil); r.status != http.StatusCreated {
+		t.Fatalf("before the stop: %d %s", r.status, r.body)
+	}
+	runsBefore := h.runs.Load()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	var during []string
+	for i := 0; time.Since(stopped) < 5*time.Second; i++ {
+		key := fmt.Sprintf("stopped-%d", i)
+		during = append(during, key)
+		if r := post(t, server.Client(), server.URL, key, key, nil); r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+			t.Errorf("%s with the database stopped: %d %s, want 503 with Retry-After", key, r.status, r.body)
+		}
+		time.Sleep(100 * time.Millisecond) // the pace of the requests, not a synchronisation
+	}
+	if ran := h.runs.Load() - runsBefore; ran != 0 {
+		t.Errorf("the handler ran %d times with the database stopped, want 0", ran)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	for _, key := range during {
+		wantRows(t, key+" claims before its retry", b.claims(t, "billing", key), 0)
+	}
+	for _, key := range during {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			r := post(t, server.Client(), server.URL, key, key, nil)
+			if r.status == http.StatusCreated {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s after the restart: still %d %s", key, r.status, r.body)
+			}
+			time.Sleep(50 * time.Millisecond) // a client's back-off, not a synchronisation
+		}
+		wantRows(t, key+" business rows", b.invoices(t, "billing", key), 1)
+		wantRows(t, key+" claims", b.claims(t, "billing", key), 1)
+	}
+	t.Logf("%d requests refused with 503 while the database was stopped; all %d created %v after its restart",
+		len(during), len(during), time.Since(restarted).Round(time.Millisecond))
 }
 
 // The database away for a while (the store's connections cut, new ones refused): requests
