@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"strings"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/internal/txmark"
@@ -99,41 +98,6 @@ type multiSession struct {
 	conn *sql.Conn
 	tx   *sql.Tx // the transaction the claim's request began, adopted by database/sql
 }
-
-// requestSeparator ends each statement of a request with a newline before the semicolon, so
-// that a line comment at the end of one (-- or #) ends before the semicolon and cannot take
-// in the next statement (after ";\n" it would take in the semicolon itself). pgx joins a
-// simple-protocol batch the same way. A comment or string left open runs on to the end of
-// the request: the connection counts the statements the server ran (checkResults).
-const requestSeparator = "\n;"
-
-// request joins begin (if not ""), statements and commit (if not "") into one multi-statement
-// request, and the statements' arguments.
-func request(begin string, statements []statement, commit string) (string, []any) {
-	var b strings.Builder
-	var args []any
-	add := func(text string) {
-		if b.Len() > 0 {
-			b.WriteString(requestSeparator)
-		}
-		b.WriteString(text)
-	}
-	if begin != "" {
-		add(begin)
-	}
-	for _, st := range statements {
-		add(trimStatement(st.sql))
-		args = append(args, st.args...)
-	}
-	if commit != "" {
-		add(commit)
-	}
-	return b.String(), args
-}
-
-// trimStatement drops a trailing ";", which would add an empty statement to a multi-statement
-// request, and the database refuses one.
-func trimStatement(statement string) string { return strings.TrimRight(statement, "; \t\r\n") }
 
 func (s *multiSession) begin(ctx context.Context, first []statement) (int, error) {
 	text, args := request(s.pool.beginText, first, "")

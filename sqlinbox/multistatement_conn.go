@@ -49,48 +49,6 @@ type multiStatementConn struct {
 	tx *multiStatementTx
 }
 
-// endsInCommit is the argument the store adds to an adopted transaction's last request, which
-// holds statements statements: the connection sends the request with COMMIT after it, and
-// the transaction's Commit then sends nothing. NamedValueChecker's documentation provides for
-// such arguments (special options to the query); the connection removes it before the driver
-// sees the arguments.
-type endsInCommit struct{ statements int }
-
-// holdsStatements is the argument the store adds to a request that begins and ends a
-// transaction of its own (write-behind mode's), which holds statements statements, COMMIT
-// the last; the connection removes it, as endsInCommit.
-type holdsStatements struct{ statements int }
-
-// allResults is the result of a multi-statement request in go-sql-driver/mysql (its
-// mysql.Result, since v1.8): one affected-row count for each statement the server ran.
-type allResults interface{ AllRowsAffected() []int64 }
-
-// checkResults returns an error unless the server ran exactly want statements of a request.
-// A request whose text runs on past a statement's end (an unterminated /* comment, which
-// MariaDB takes to the end of the request without an error) runs fewer statements than it
-// holds, and its COMMIT is not among them: the transaction is still open, and the message
-// must not count as committed. A statement that is several, or a procedure that returns
-// results, makes more, and which of them was COMMIT is then unknown.
-func checkResults(result driver.Result, want int) error {
-	all, ok := result.(allResults)
-	if !ok {
-		return fmt.Errorf("sqlinbox: the driver's result %T does not say how many statements of a multi-statement "+
-			"request ran (go-sql-driver/mysql's does since v1.8), so a request whose COMMIT did not run cannot be told "+
-			"from one that committed", result)
-	}
-	switch got := len(all.AllRowsAffected()); {
-	case got < want:
-		return fmt.Errorf("sqlinbox: the server ran %d of the request's %d statements, without an error, and not its "+
-			"COMMIT: a statement ends in an unterminated comment (/* ...) or other text that took in the statements "+
-			"after it; nothing is committed, the transaction is rolled back", got, want)
-	case got > want:
-		return fmt.Errorf("sqlinbox: the server ran %d statements for the request's %d: a queued statement holds "+
-			"several statements, or calls a procedure that returns results, and whether the COMMIT ran cannot be "+
-			"told; queue one statement per inbox.ExecAtCommit", got, want)
-	}
-	return nil
-}
-
 // errNeedsMultiStatements is what the connection returns when the driver wants to prepare one
 // of the store's requests instead of sending it: several statements cannot be prepared as one.
 var errNeedsMultiStatements = errors.New("sqlinbox: the driver would prepare a multi-statement request instead of " +
@@ -256,29 +214,4 @@ func (c *multiStatementConn) IsValid() bool {
 		return v.IsValid()
 	}
 	return true
-}
-
-// multiStatementTx is a transaction that beginWith began and BeginTx adopted.
-type multiStatementTx struct {
-	c *multiStatementConn
-	// committed: a request ending in COMMIT committed it.
-	committed bool
-}
-
-func (t *multiStatementTx) Commit() error { return t.end("COMMIT") }
-
-func (t *multiStatementTx) Rollback() error { return t.end("ROLLBACK") }
-
-func (t *multiStatementTx) end(statement string) error {
-	if t.c.tx != t {
-		return driver.ErrBadConn
-	}
-	t.c.tx = nil
-	if t.committed {
-		return nil
-	}
-	// No context: database/sql ends a transaction with none (it watches the one the
-	// transaction began with itself).
-	_, err := t.c.execDriver(txmark.With(context.Background(), txmark.Ends), statement, nil)
-	return err
 }
