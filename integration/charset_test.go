@@ -26,6 +26,18 @@ var unsafeCharsets = map[string]string{"gbk": "\u0801", "sjis": "\u0101", "cp932
 // mysqlStoreKinds are the constructors of MySQL stores, by name.
 var mysqlStoreKinds = []string{"NewDB", "NewMultiStatement"}
 
+// eachMySQLStore runs test as a parallel subtest for each MySQL store kind in each mode.
+func eachMySQLStore(t *testing.T, test func(t *testing.T, kind string, writeBehind bool)) {
+	for _, kind := range mysqlStoreKinds {
+		for _, writeBehind := range []bool{false, true} {
+			t.Run(kind+"/"+modeName(writeBehind), func(t *testing.T) {
+				t.Parallel()
+				test(t, kind, writeBehind)
+			})
+		}
+	}
+}
+
 // mysqlPool opens a store of kind on a pool of one connection to the test server, with
 // params added to the DSN, and the pool; both are closed when the test ends. The DSN has
 // multiStatements=true for NewDB too, the worst case: there an injected statement would run
@@ -168,31 +180,26 @@ func testUnsafeCharsetIsRefused(t *testing.T, charset, lead, via, kind string, w
 // the character set, and each of 500 messages is nacked without a claim or a write, so that
 // none is processed with a mis-read fingerprint or record.
 func TestHonestMessagesOnAGBKConnectionAreRefusedAtStartUp(t *testing.T) {
-	for _, kind := range mysqlStoreKinds {
-		for _, writeBehind := range []bool{false, true} {
-			t.Run(kind+"/"+modeName(writeBehind), func(t *testing.T) {
-				t.Parallel()
-				ctx := context.Background()
-				store, _ := mysqlPool(t, kind, "charset=gbk", sqlinbox.Config{Table: testenv.Name("inbox")})
-				b := mysqlBackendOn(t, store)
-				if err := store.InitializeSchema(ctx); err == nil || !strings.Contains(err.Error(), "character_set_client is gbk") {
-					t.Fatalf("InitializeSchema on a gbk connection: %v; want a refusal naming gbk", err)
-				}
-				h := b.writeBehindHandler(t, "billing", ownKey)
-				if !writeBehind {
-					h = b.handler(t, "billing", nil, nil)
-				}
-				for i := 0; i < 500; i++ {
-					msg := message.NewMessage(watermill.NewUUID(), []byte(`{"order":"中文 `+fmt.Sprint(i)+`"}`))
-					if _, err := h(msg); err == nil || !strings.Contains(err.Error(), "character_set_client is gbk") {
-						t.Fatalf("message %d: %v; want a refusal naming gbk", i, err)
-					}
-				}
-				wantRows(t, "claims", b.rows(t, b.table, ""), 0)
-				wantRows(t, "invoices", b.rows(t, b.business, ""), 0)
-			})
+	eachMySQLStore(t, func(t *testing.T, kind string, writeBehind bool) {
+		ctx := context.Background()
+		store, _ := mysqlPool(t, kind, "charset=gbk", sqlinbox.Config{Table: testenv.Name("inbox")})
+		b := mysqlBackendOn(t, store)
+		if err := store.InitializeSchema(ctx); err == nil || !strings.Contains(err.Error(), "character_set_client is gbk") {
+			t.Fatalf("InitializeSchema on a gbk connection: %v; want a refusal naming gbk", err)
 		}
-	}
+		h := b.writeBehindHandler(t, "billing", ownKey)
+		if !writeBehind {
+			h = b.handler(t, "billing", nil, nil)
+		}
+		for i := 0; i < 500; i++ {
+			msg := message.NewMessage(watermill.NewUUID(), []byte(`{"order":"中文 `+fmt.Sprint(i)+`"}`))
+			if _, err := h(msg); err == nil || !strings.Contains(err.Error(), "character_set_client is gbk") {
+				t.Fatalf("message %d: %v; want a refusal naming gbk", i, err)
+			}
+		}
+		wantRows(t, "claims", b.rows(t, b.table, ""), 0)
+		wantRows(t, "invoices", b.rows(t, b.business, ""), 0)
+	})
 }
 
 // NO_BACKSLASH_ESCAPES set on the pool's one connection after the store checked its table:
@@ -200,30 +207,25 @@ func TestHonestMessagesOnAGBKConnectionAreRefusedAtStartUp(t *testing.T) {
 // MySQL stores in both modes. The store's own values are hex digits, which no sql_mode reads
 // otherwise, and the driver escapes the handler's by the mode the server reports.
 func TestNoBackslashEscapesSetMidPool(t *testing.T) {
-	for _, kind := range mysqlStoreKinds {
-		for _, writeBehind := range []bool{false, true} {
-			t.Run(kind+"/"+modeName(writeBehind), func(t *testing.T) {
-				t.Parallel()
-				ctx := context.Background()
-				store, db := mysqlPool(t, kind, "", sqlinbox.Config{Table: testenv.Name("inbox")})
-				b := mysqlBackendOn(t, store)
-				if err := store.CheckTable(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := db.ExecContext(ctx, "SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')"); err != nil {
-					t.Fatal(err)
-				}
-				testSQLInMessageFields(t, b, writeBehind)
-				var mode string
-				if err := db.QueryRowContext(ctx, "SELECT @@session.sql_mode").Scan(&mode); err != nil {
-					t.Fatal(err)
-				}
-				if !strings.Contains(mode, "NO_BACKSLASH_ESCAPES") {
-					t.Errorf("the pool's connection has sql_mode %q at the end: the test did not run under NO_BACKSLASH_ESCAPES", mode)
-				}
-			})
+	eachMySQLStore(t, func(t *testing.T, kind string, writeBehind bool) {
+		ctx := context.Background()
+		store, db := mysqlPool(t, kind, "", sqlinbox.Config{Table: testenv.Name("inbox")})
+		b := mysqlBackendOn(t, store)
+		if err := store.CheckTable(ctx); err != nil {
+			t.Fatal(err)
 		}
-	}
+		if _, err := db.ExecContext(ctx, "SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')"); err != nil {
+			t.Fatal(err)
+		}
+		testSQLInMessageFields(t, b, writeBehind)
+		var mode string
+		if err := db.QueryRowContext(ctx, "SELECT @@session.sql_mode").Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(mode, "NO_BACKSLASH_ESCAPES") {
+			t.Errorf("the pool's connection has sql_mode %q at the end: the test did not run under NO_BACKSLASH_ESCAPES", mode)
+		}
+	})
 }
 
 // A queued SET of sql_mode, NAMES or character_set_* is refused, on both MySQL stores in both
@@ -236,35 +238,30 @@ func TestQueuedSessionChangeIsRefused(t *testing.T) {
 		"SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')",
 		"/*!40101 SET NAMES big5 */",
 	}
-	for _, kind := range mysqlStoreKinds {
-		for _, writeBehind := range []bool{false, true} {
-			t.Run(kind+"/"+modeName(writeBehind), func(t *testing.T) {
-				t.Parallel()
-				ctx := context.Background()
-				store, db := mysqlPool(t, kind, "", sqlinbox.Config{Table: testenv.Name("inbox")})
-				b := mysqlBackendOn(t, store)
-				for _, set := range sets {
-					mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing", WriteBehind: writeBehind}, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					h := mw(func(msg *message.Message) ([]*message.Message, error) {
-						if err := inbox.ExecAtCommit(msg.Context(), set); err != nil {
-							return nil, err
-						}
-						return nil, inbox.ExecAtCommit(msg.Context(), "INSERT INTO "+b.business+" (consumer, msg_key) VALUES (?, ?)", "billing", msg.UUID)
-					})
-					if _, err := h(message.NewMessage(watermill.NewUUID(), nil)); err == nil || !strings.Contains(err.Error(), "queued statement 1: refused") {
-						t.Errorf("queued %q: %v; want a refusal of queued statement 1", set, err)
-					}
+	eachMySQLStore(t, func(t *testing.T, kind string, writeBehind bool) {
+		ctx := context.Background()
+		store, db := mysqlPool(t, kind, "", sqlinbox.Config{Table: testenv.Name("inbox")})
+		b := mysqlBackendOn(t, store)
+		for _, set := range sets {
+			mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing", WriteBehind: writeBehind}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				if err := inbox.ExecAtCommit(msg.Context(), set); err != nil {
+					return nil, err
 				}
-				wantRows(t, "claims", b.rows(t, b.table, ""), 0)
-				wantRows(t, "invoices", b.rows(t, b.business, ""), 0)
-				var charset string
-				if err := db.QueryRowContext(ctx, "SELECT @@character_set_client").Scan(&charset); err != nil || charset != "utf8mb4" {
-					t.Errorf("the pool's connection: character_set_client %q, err %v; want utf8mb4", charset, err)
-				}
+				return nil, inbox.ExecAtCommit(msg.Context(), "INSERT INTO "+b.business+" (consumer, msg_key) VALUES (?, ?)", "billing", msg.UUID)
 			})
+			if _, err := h(message.NewMessage(watermill.NewUUID(), nil)); err == nil || !strings.Contains(err.Error(), "queued statement 1: refused") {
+				t.Errorf("queued %q: %v; want a refusal of queued statement 1", set, err)
+			}
 		}
-	}
+		wantRows(t, "claims", b.rows(t, b.table, ""), 0)
+		wantRows(t, "invoices", b.rows(t, b.business, ""), 0)
+		var charset string
+		if err := db.QueryRowContext(ctx, "SELECT @@character_set_client").Scan(&charset); err != nil || charset != "utf8mb4" {
+			t.Errorf("the pool's connection: character_set_client %q, err %v; want utf8mb4", charset, err)
+		}
+	})
 }

@@ -280,6 +280,25 @@ func TestHTTPConcurrentCopiesAreOneRequest(t *testing.T) {
 	wantRows(t, "business rows", b.invoices(t, "billing", "once"), 1)
 }
 
+// createdOnRetry sends the request of key, as a client retries it after a 503, until it is
+// created (30 s at most), and checks it left one business row and one claim.
+func createdOnRetry(t *testing.T, server *httptest.Server, b *backend, key string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := post(t, server.Client(), server.URL, key, key, nil)
+		if r.status == http.StatusCreated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after the outage: still %d %s", key, r.status, r.body)
+		}
+		time.Sleep(50 * time.Millisecond) // a client's back-off, not a synchronisation
+	}
+	wantRows(t, key+" business rows", b.invoices(t, "billing", key), 1)
+	wantRows(t, key+" claims", b.claims(t, "billing", key), 1)
+}
+
 // The database really stopped: a PostgreSQL of the test's own shut down at once (as
 // pg_ctl stop -m immediate does) for 5 s while requests arrive. Each gets 503 with
 // Retry-After and the handler never runs; none is recorded as done; once the server is back
@@ -323,19 +342,7 @@ func TestHTTPDatabaseStopped(t *testing.T) {
 		wantRows(t, key+" claims before its retry", b.claims(t, "billing", key), 0)
 	}
 	for _, key := range during {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			r := post(t, server.Client(), server.URL, key, key, nil)
-			if r.status == http.StatusCreated {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s after the restart: still %d %s", key, r.status, r.body)
-			}
-			time.Sleep(50 * time.Millisecond) // a client's back-off, not a synchronisation
-		}
-		wantRows(t, key+" business rows", b.invoices(t, "billing", key), 1)
-		wantRows(t, key+" claims", b.claims(t, "billing", key), 1)
+		createdOnRetry(t, server, b, key)
 	}
 	t.Logf("%d requests refused with 503 while the database was stopped; all %d created %v after its restart",
 		len(during), len(during), time.Since(restarted).Round(time.Millisecond))
@@ -368,20 +375,7 @@ func TestHTTPDatabaseOutage(t *testing.T) {
 			}
 			restore()
 			for i := range 20 {
-				key := fmt.Sprintf("during-%d", i)
-				deadline := time.Now().Add(30 * time.Second)
-				for {
-					r := post(t, server.Client(), server.URL, key, key, nil)
-					if r.status == http.StatusCreated {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("%s after the outage: still %d %s", key, r.status, r.body)
-					}
-					time.Sleep(50 * time.Millisecond) // a client's back-off, not a synchronisation
-				}
-				wantRows(t, key+" business rows", b.invoices(t, "billing", key), 1)
-				wantRows(t, key+" claims", b.claims(t, "billing", key), 1)
+				createdOnRetry(t, server, b, fmt.Sprintf("during-%d", i))
 			}
 		})
 	}

@@ -74,17 +74,7 @@ type Failover struct {
 func StartPostgresReplica(dir string, synchronous bool) (*PostgresReplica, error) {
 	began := time.Now()
 	r := &PostgresReplica{dir: dir, Synchronous: synchronous}
-	var err error
-	if r.bin, err = postgresBin(); err != nil {
-		return nil, err
-	}
-	if r.as, err = serverAccount("postgres"); err != nil {
-		return nil, err
-	}
-	if err := r.as.mkdir(dir, 0o755); err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(2)
+	ports, err := r.prepare(2)
 	if err != nil {
 		return nil, err
 	}
@@ -306,4 +296,20 @@ func NewPostgresReplica(t testing.TB, synchronous bool) *PostgresReplica {
 	}
 	t.Cleanup(r.Close)
 	return r
+}
+
+// prepare finds the server's binaries and the account to run them as, makes r's directory,
+// and returns n free ports for its servers.
+func (r *PostgresReplica) prepare(n int) ([]int, error) {
+	var err error
+	if r.bin, err = postgresBin(); err != nil {
+		return nil, err
+	}
+	if r.as, err = serverAccount("postgres"); err != nil {
+		return nil, err
+	}
+	if err := r.as.mkdir(r.dir, 0o755); err != nil {
+		return nil, err
+	}
+	return freePorts(n)
 }

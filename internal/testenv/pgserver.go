@@ -28,17 +28,7 @@ type Postgres struct {
 // it.
 func StartPostgres(dir string) (*Postgres, error) {
 	r := &PostgresReplica{dir: dir}
-	var err error
-	if r.bin, err = postgresBin(); err != nil {
-		return nil, err
-	}
-	if r.as, err = serverAccount("postgres"); err != nil {
-		return nil, err
-	}
-	if err := r.as.mkdir(dir, 0o755); err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(1)
+	ports, err := r.prepare(1)
 	if err != nil {
 		return nil, err
 	}
