@@ -280,6 +280,23 @@ func TestHTTPConcurrentCopiesAreOneRequest(t *testing.T) {
 	wantRows(t, "business rows", b.invoices(t, "billing", "once"), 1)
 }
 
+// orderServer serves an orderHandler on b behind inboxhttp (consumer billing) until the test
+// ends, and checks that a first order is created.
+func orderServer(t *testing.T, b *backend) (*orderHandler, *httptest.Server) {
+	t.Helper()
+	h := &orderHandler{b: b}
+	mw, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: "billing"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := httptest.NewServer(mw(h))
+	t.Cleanup(server.Close)
+	if r := post(t, server.Client(), server.URL, "before", "before", nil); r.status != http.StatusCreated {
+		t.Fatalf("the first order: %d %s", r.status, r.body)
+	}
+	return h, server
+}
+
 // createdOnRetry sends the request of key, as a client retries it after a 503, until it is
 // created (30 s at most), and checks it left one business row and one claim.
 func createdOnRetry(t *testing.T, server *httptest.Server, b *backend, key string) {
@@ -307,16 +324,7 @@ func TestHTTPDatabaseStopped(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NewPostgres(t)
 	b := pgxBackendOn(t, srv.URL(), srv.URL())
-	h := &orderHandler{b: b}
-	mw, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: "billing"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := httptest.NewServer(mw(h))
-	t.Cleanup(server.Close)
-	if r := post(t, server.Client(), server.URL, "before", "before", nil); r.status != http.StatusCreated {
-		t.Fatalf("before the stop: %d %s", r.status, r.body)
-	}
+	h, server := orderServer(t, b)
 	runsBefore := h.runs.Load()
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -355,16 +363,7 @@ func TestHTTPDatabaseOutage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := backends[name](t)
-			h := &orderHandler{b: b}
-			mw, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: "billing"}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			server := httptest.NewServer(mw(h))
-			t.Cleanup(server.Close)
-			if r := post(t, server.Client(), server.URL, "before", "before", nil); r.status != http.StatusCreated {
-				t.Fatalf("before the outage: %d %s", r.status, r.body)
-			}
+			_, server := orderServer(t, b)
 			restore := b.outage()
 			for i := range 20 {
 				key := fmt.Sprintf("during-%d", i)
