@@ -144,12 +144,14 @@ type Dialect interface {
 	// requests on this database; nil if it cannot.
 	MultiStatement() *MultiStatementSQL
 
+	// RequestLimit returns a query of one integer, the most bytes the server accepts in one
+	// request ([MySQL]: max_allowed_packet), asked only after a large request failed, so that
+	// the error can say why and wrap [inbox.ErrRecordTooLarge]; "" if the database has no such
+	// limit near a record the middleware accepts.
+	RequestLimit() string
+
 	// dialect is unexported so that every [Dialect] embeds a shipped one.
 	dialect()
-	// requestLimit returns a query of one integer, the most bytes the server accepts in one
-	// request, asked only after a large request failed, to say why; "" if the database has no
-	// such limit that matters.
-	requestLimit() string
 }
 
 // MultiStatementSQL says that a database runs a multi-statement request (statements separated

@@ -29,9 +29,9 @@ type mysql struct{}
 
 func (mysql) dialect() {}
 
-// requestLimit: the server refuses a request (or, prepared, a parameter) longer than
+// RequestLimit: the server refuses a request (or, prepared, a parameter) longer than
 // max_allowed_packet, and closes the connection.
-func (mysql) requestLimit() string { return "SELECT @@max_allowed_packet" }
+func (mysql) RequestLimit() string { return "SELECT @@max_allowed_packet" }
 
 func (mysql) Name() string { return "mysql" }
 

@@ -19,8 +19,8 @@ type postgres struct{}
 
 func (postgres) dialect() {}
 
-// requestLimit: no limit near a record the middleware accepts (a bytea holds 1 GB).
-func (postgres) requestLimit() string { return "" }
+// RequestLimit: no limit near a record the middleware accepts (a bytea holds 1 GB).
+func (postgres) RequestLimit() string { return "" }
 
 func (postgres) Name() string { return "postgres" }
 

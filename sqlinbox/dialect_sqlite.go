@@ -19,8 +19,8 @@ type sqlite struct{}
 
 func (sqlite) dialect() {}
 
-// requestLimit: no limit near a record the middleware accepts (SQLITE_MAX_LENGTH, 1 GB).
-func (sqlite) requestLimit() string { return "" }
+// RequestLimit: no limit near a record the middleware accepts (SQLITE_MAX_LENGTH, 1 GB).
+func (sqlite) RequestLimit() string { return "" }
 
 func (sqlite) Name() string { return "sqlite" }
 

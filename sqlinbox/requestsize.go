@@ -47,7 +47,7 @@ func requestSize(statements []statement) int64 {
 // limit, an error that says so and wraps [inbox.ErrRecordTooLarge] (the same record fails the
 // same way on every delivery: the message's failure, not the infrastructure's) and err.
 func (s *Store) explainSize(ctx context.Context, statements []statement, err error) error {
-	query := s.sql.dialect.requestLimit()
+	query := s.sql.dialect.RequestLimit()
 	size := requestSize(statements)
 	if query == "" || size < explainSizeFrom {
 		return err

@@ -170,3 +170,6 @@ func (Dialect) TableSize(t sqlinbox.Table) []sqlinbox.SizeQuery {
 
 // MultiStatement: none.
 func (Dialect) MultiStatement() *sqlinbox.MultiStatementSQL { return nil }
+
+// RequestLimit: PostgreSQL has no request limit near a record the middleware accepts.
+func (Dialect) RequestLimit() string { return "" }
