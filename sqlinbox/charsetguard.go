@@ -15,8 +15,11 @@ import (
 // in the claim's statement, see the MySQL dialect's InsertClaim), and in a queued statement
 // that would change how the server reads the statements after it.
 
-// charsetGuard is what a dialect whose driver escapes on the client tells the store. It is
-// unexported: a dialect of one's own that embeds [MySQL]'s inherits it.
+// charsetGuard is what a dialect whose driver escapes on the client tells the store; the
+// store asks for it with a type assertion, so it is not part of [Dialect]. A dialect of one's
+// own that embeds [MySQL]'s keeps the guard inside the claim (its InsertClaim), which refuses
+// the message on an unsafe connection, but not the named refusal at the table check nor the
+// refusal of a queued SET: it is a struct of its own, which has only Dialect's methods.
 type charsetGuard interface {
 	// charsetQuery reads the session's character_set_client.
 	charsetQuery() string
