@@ -1,6 +1,7 @@
 package inboxcli
 
 import (
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -34,10 +35,9 @@ func folder(t *testing.T, dir string) map[string]string {
 	return files
 }
 
-// libraryFiles returns sqlinbox.MigrationFiles's files by name.
-func libraryFiles(t *testing.T, dialect sqlinbox.Dialect, table string, format sqlinbox.MigrationFormat, version string) map[string]string {
+// filesByName returns the files of fsys by name, failing t on err or a file it cannot read.
+func filesByName(t *testing.T, fsys fs.FS, err error) map[string]string {
 	t.Helper()
-	fsys, err := sqlinbox.MigrationFiles(dialect, table, format, version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +50,13 @@ func libraryFiles(t *testing.T, dialect sqlinbox.Dialect, table string, format s
 		byName[f.name] = f.content
 	}
 	return byName
+}
+
+// libraryFiles returns sqlinbox.MigrationFiles's files by name.
+func libraryFiles(t *testing.T, dialect sqlinbox.Dialect, table string, format sqlinbox.MigrationFormat, version string) map[string]string {
+	t.Helper()
+	fsys, err := sqlinbox.MigrationFiles(dialect, table, format, version)
+	return filesByName(t, fsys, err)
 }
 
 // schema -out writes exactly the library's files for each format and dialect, numbered
@@ -215,16 +222,5 @@ func TestSchemaUpgrade(t *testing.T) {
 func libraryUpgrade(t *testing.T, dialect sqlinbox.Dialect, table string, format sqlinbox.MigrationFormat, version string) map[string]string {
 	t.Helper()
 	fsys, err := sqlinbox.UpgradeFiles(dialect, table, format, version)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := readFiles(fsys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]string{}
-	for _, f := range files {
-		byName[f.name] = f.content
-	}
-	return byName
+	return filesByName(t, fsys, err)
 }
