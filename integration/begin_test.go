@@ -33,6 +33,7 @@ func beginApp(db *sql.DB) sqlinbox.BeginFunc {
 // The conformance suite on stores whose transactions the data layer begins (Config.Begin):
 // handlers get the data layer's type, and everything else holds unchanged.
 func TestStoreConformanceWithConfigBegin(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"database-sql/postgres", "database-sql/mariadb", "database-sql/sqlite"} {
 		t.Run(name, func(t *testing.T) {
 			inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness {

@@ -18,6 +18,7 @@ import (
 // depend on the pool's query execution mode, whichever a team sets. The store cases run in
 // every mode, and so does the write-behind path.
 func TestPgxEveryQueryExecMode(t *testing.T) {
+	t.Parallel()
 	modes := map[string]pgx.QueryExecMode{
 		"cache-describe": pgx.QueryExecModeCacheDescribe,
 		"describe-exec":  pgx.QueryExecModeDescribeExec,

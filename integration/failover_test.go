@@ -65,6 +65,7 @@ var failoverStores = []failoverStore{
 // none, which is what a clean stop on one host gives, the run must be exactly once too, and
 // when it finds some, orders lost must not outnumber them and nothing may be doubled.
 func TestPostgresFailoverExactlyOnce(t *testing.T) {
+	t.Parallel()
 	for _, synchronous := range []bool{true, false} {
 		replication := "async"
 		if synchronous {
@@ -183,6 +184,7 @@ func runFailover(t *testing.T, r *testenv.PostgresReplica, storeURL string, s fa
 // rewritten and reloaded, as a failover manager's hook does). The pgx store in exec mode, as
 // docs/pooler.md says; synchronous replication. Exactly once.
 func TestPostgresFailoverThroughPgBouncer(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewPostgresReplica(t, true)
 	bouncer := testenv.NewPgBouncer(t, r.Primary.URL(), poolerServerConns)
 	storeURL := withQuery(t, bouncer.URL, "default_query_exec_mode", "exec")

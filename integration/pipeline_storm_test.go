@@ -297,6 +297,7 @@ func TestPipelineConsumerProcess(t *testing.T) {
 // pools reconnecting through the multi-host URL. Synchronous and asynchronous replication,
 // and synchronous through PgBouncer (exec mode) retargeted to the promoted standby.
 func TestPostgresFailoverPipelineExactlyOnce(t *testing.T) {
+	t.Parallel()
 	store := failoverStore{name: "pgx-pipeline", writeBehind: true,
 		open: func(t *testing.T, url, table string) (inbox.Store, func(ctx context.Context) (runner, bool)) {
 			store, err := sqlinbox.NewPgxPipeline(openPgxPool(t, url), sqlinbox.Config{Table: table}, sqlinbox.PipelineConfig{Connections: 2})

@@ -76,6 +76,7 @@ func pipelineBackendAt(t *testing.T, storeURL string, pipeline sqlinbox.Pipeline
 // pipeline, so the suite's concurrent cases send pipelines of many messages); and in the
 // claim-first modes, which run as on NewPgx.
 func TestStoreConformancePipeline(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name     string
 		pipeline sqlinbox.PipelineConfig
@@ -135,6 +136,7 @@ func TestHandlerKitPassesCorrectHandlersOnPipeline(t *testing.T) {
 // (each message ends at its Sync). The suite in write-behind mode through it, in the modes
 // that prepare nothing by name, with one lane so that pipelines carry many messages.
 func TestPoolerPipelineStoreConformance(t *testing.T) {
+	t.Parallel()
 	poolerURL := testenv.PgBouncerURL(t, poolerServerConns)
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
 		t.Run(mode.String(), func(t *testing.T) {

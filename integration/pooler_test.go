@@ -52,6 +52,7 @@ func poolerBackends(poolerURL string) map[string]newBackend {
 // exists" (or "does not exist"), as a statement prepared by name on one server connection
 // met another.
 func TestPoolerStoreConformance(t *testing.T) {
+	t.Parallel()
 	stores := poolerBackends(testenv.PgBouncerURL(t, poolerServerConns))
 	for _, name := range slices.Sorted(maps.Keys(stores)) {
 		t.Run(name, func(t *testing.T) {

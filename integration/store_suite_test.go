@@ -44,6 +44,7 @@ func TestStoreConformanceQueued(t *testing.T) {
 }
 
 func runSuite(t *testing.T, options inboxtest.Options) {
+	t.Parallel()
 	stores := suiteStores()
 	for _, name := range slices.Sorted(maps.Keys(stores)) {
 		t.Run(name, func(t *testing.T) {

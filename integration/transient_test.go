@@ -381,9 +381,9 @@ func TestReadOnlyServerIsNotPoison(t *testing.T) {
 
 // A Galera node that takes no queries (wsrep_reject_queries = ALL, which answers as a node
 // that is not synced: 1047, "WSREP has not yet prepared node for application use"), on the
-// package's shared cluster: transient, not poison. Not parallel: no other test may use the
-// node while it rejects queries, and the package's other Galera tests are not parallel either.
-func TestGaleraNodeNotReadyIsNotPoison(t *testing.T) {
+// package's shared cluster: transient, not poison. A case of TestGalera, which runs its cases
+// in turn: no other may use the node while it rejects queries.
+func galeraNodeNotReadyIsNotPoison(t *testing.T) {
 	c := newGaleraTables(t)
 	node := c.g.Nodes[2]
 	store := sqlTransientStore(t, openSQL(t, "mysql", node.DSN("parseTime=true&interpolateParams=true")), sqlinbox.MySQL(),
