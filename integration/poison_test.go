@@ -371,7 +371,8 @@ func TestDatabaseOutagePoisonsNothing(t *testing.T) {
 		stop, start func() error
 	}
 	// The cases run at once, as subtests of their own goroutines: they mostly wait, and as
-	// parallel subtests they would take turns for go test's -parallel slots (GOMAXPROCS).
+	// parallel subtests they would take turns for the package's -parallel slots
+	// (serverBoundParallel) with its other parallel tests.
 	var cases sync.WaitGroup
 	defer cases.Wait()
 	for _, c := range []struct {

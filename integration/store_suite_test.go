@@ -43,6 +43,8 @@ func TestStoreConformanceQueued(t *testing.T) {
 	runSuite(t, inboxtest.Options{ExecAtCommit: true})
 }
 
+// runSuite runs the conformance suite with options on every suite store, one store after
+// another, and t beside the package's other parallel tests.
 func runSuite(t *testing.T, options inboxtest.Options) {
 	t.Parallel()
 	stores := suiteStores()
