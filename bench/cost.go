@@ -166,9 +166,10 @@ func pgBackend(ctx context.Context, e *env, pool *pgxpool.Pool, delay time.Durat
 // SQLite (in process), reached through database/sql. multi, if set, is the driver's
 // connector to db's server, for the multiStore.
 func sqlBackend(ctx context.Context, e *env, name string, db *sql.DB, multi driver.Connector, delay time.Duration) (*backend, error) {
-	dialect, idType, textType, claimSQL := sqlinbox.SQLite(), "TEXT", "TEXT", `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
+	var dialect sqlinbox.Dialect = sqlinbox.SQLite{}
+	idType, textType, claimSQL := "TEXT", "TEXT", `INSERT INTO %s (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
 	if name == "mysql" {
-		dialect, idType, textType, claimSQL = sqlinbox.MySQL(), "CHAR(36)", "VARCHAR(64)", `INSERT IGNORE INTO %s (consumer, message_id) VALUES (?, ?)`
+		dialect, idType, textType, claimSQL = sqlinbox.MySQL{}, "CHAR(36)", "VARCHAR(64)", `INSERT IGNORE INTO %s (consumer, message_id) VALUES (?, ?)`
 	}
 	invoices, inboxTable, handTable := e.table(name, "bench_invoice"), e.table(name, "bench_inbox"), e.table(name, "bench_hand")
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(invoiceDDL, invoices, idType, textType)); err != nil {

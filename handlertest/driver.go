@@ -27,7 +27,7 @@ import (
 // same connection, so handlertest sees their statements too.
 //
 // For sqlinbox.NewMultiStatement, give it the driver's connector wrapped with [Connector]:
-// sqlinbox.NewMultiStatement(handlertest.Connector(c), sqlinbox.MySQL(), config).
+// sqlinbox.NewMultiStatement(handlertest.Connector(c), sqlinbox.MySQL{}, config).
 func Connector(c driver.Connector) driver.Connector { return &connector{inner: c} }
 
 // OpenDB opens a [*sql.DB] on the database/sql driver registered as driverName (for drivers

@@ -196,7 +196,7 @@ func ExampleOpenDB() {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE "+invoices+" (order_id text NOT NULL)"); err != nil {
 		panic(err)
 	}
-	store, err := sqlinbox.NewDB(db, sqlinbox.Postgres(), sqlinbox.Config{Table: inboxTable})
+	store, err := sqlinbox.NewDB(db, sqlinbox.Postgres{}, sqlinbox.Config{Table: inboxTable})
 	if err != nil {
 		panic(err)
 	}

@@ -116,7 +116,7 @@ func pgxBackendOn(t *testing.T, directURL, storeURL string, configure ...func(*p
 		outage:       func() func() { proxy.Cut(); return proxy.Restore },
 		retriable:    func(error) bool { return false },
 		placeholders: inboxtest.DollarPlaceholders,
-		dialect:      sqlinbox.Postgres(),
+		dialect:      sqlinbox.Postgres{},
 		retentionSQL: postgresRetentionSQL,
 		driver:       "pgx",
 		dsn:          directURL,
@@ -142,7 +142,7 @@ func stdlibPostgresBackendAt(t *testing.T, storeURL string) *backend {
 	direct := openSQL(t, "pgx", directURL)
 	proxied := openSQL(t, "pgx", withHost(t, storeURL, proxy.Addr()))
 
-	b := sqlBackend(t, plainStores(proxied, sqlinbox.Postgres()), direct, sqlinbox.Postgres())
+	b := sqlBackend(t, plainStores(proxied, sqlinbox.Postgres{}), direct, sqlinbox.Postgres{})
 	b.driver, b.dsn = "pgx", directURL
 	b.retentionSQL = postgresRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
@@ -176,12 +176,12 @@ func mysqlBackendWith(t *testing.T, params string, multiStatement bool) *backend
 	proxy := startProxy(t, dsn[start+4:end])
 	direct := openSQL(t, "mysql", dsn)
 	proxiedDSN := dsn[:start+4] + proxy.Addr() + dsn[end:]
-	newStore := plainStores(openSQL(t, "mysql", proxiedDSN), sqlinbox.MySQL())
+	newStore := plainStores(openSQL(t, "mysql", proxiedDSN), sqlinbox.MySQL{})
 	if multiStatement {
 		newStore = multiStatementStores(t, proxiedDSN)
 	}
 
-	b := sqlBackend(t, newStore, direct, sqlinbox.MySQL())
+	b := sqlBackend(t, newStore, direct, sqlinbox.MySQL{})
 	b.driver, b.dsn = "mysql", dsn
 	b.retentionSQL = mysqlRetentionSQL
 	b.outage = func() func() { proxy.Cut(); return proxy.Restore }
@@ -214,7 +214,7 @@ func sqliteBackend(t *testing.T) *backend {
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)"
 	db := openSQL(t, "sqlite", dsn)
 
-	b := sqlBackend(t, plainStores(db, sqlinbox.SQLite()), db, sqlinbox.SQLite())
+	b := sqlBackend(t, plainStores(db, sqlinbox.SQLite{}), db, sqlinbox.SQLite{})
 	b.driver, b.dsn = "sqlite", dsn
 	b.retentionSQL = sqliteRetentionSQL
 	// SQLite has no server to lose: its outage is another writer holding the lock.
@@ -270,7 +270,7 @@ func plainStores(db *sql.DB, dialect sqlinbox.Dialect) storeMaker {
 func multiStatementStores(t *testing.T, dsn string) storeMaker {
 	connector := mysqlConnector(t, dsn)
 	return func(config sqlinbox.Config) (inbox.Store, error) {
-		store, db, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL(), config)
+		store, db, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL{}, config)
 		if err != nil {
 			return nil, err
 		}
@@ -287,7 +287,7 @@ func sqlBackend(t *testing.T, newStore storeMaker, direct *sql.DB, dialect sqlin
 	if err != nil {
 		t.Fatal(err)
 	}
-	dollar := dialect.Name() == sqlinbox.Postgres().Name()
+	dollar := dialect.Name() == (sqlinbox.Postgres{}).Name()
 	placeholders := func(query string) string { return query }
 	if dollar {
 		placeholders = inboxtest.DollarPlaceholders

@@ -44,7 +44,7 @@ func TestStoreConformanceWithConfigBegin(t *testing.T) {
 					t.Fatal(err)
 				}
 				b.store = store
-				dollar := b.dialect.Name() == sqlinbox.Postgres().Name()
+				dollar := b.dialect.Name() == (sqlinbox.Postgres{}).Name()
 				b.inTx = func(ctx context.Context) (runner, bool) {
 					tx, ok := inbox.TxFromContext[*appTx](ctx)
 					if !ok {
@@ -65,7 +65,7 @@ func TestConfigBeginBadInput(t *testing.T) {
 	b := backends["database-sql/postgres"](t)
 	db := b.direct.(sqlRunner).q.(*sql.DB)
 
-	if _, _, err := sqlinbox.NewMultiStatement(mysqlConnector(t, testenv.MySQLDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{Begin: beginApp(db)}); err == nil ||
+	if _, _, err := sqlinbox.NewMultiStatement(mysqlConnector(t, testenv.MySQLDSN(t)), sqlinbox.MySQL{}, sqlinbox.Config{Begin: beginApp(db)}); err == nil ||
 		!strings.Contains(err.Error(), "Config.Begin") {
 		t.Errorf("NewMultiStatement with Begin: err = %v, want an error naming Config.Begin", err)
 	}

@@ -179,7 +179,7 @@ func chaosStdlibPostgresAt(t *testing.T, storeURL string) *chaosDB {
 	db.newStore = func(t *testing.T) inbox.Store {
 		db := openSQL(t, "pgx", proxiedURL)
 		db.SetMaxOpenConns(chaosPoolSize)
-		store, err := sqlinbox.NewDB(db, sqlinbox.Postgres(), sqlinbox.Config{Table: b.table})
+		store, err := sqlinbox.NewDB(db, sqlinbox.Postgres{}, sqlinbox.Config{Table: b.table})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +274,7 @@ func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 			}
 			config := sqlinbox.Config{Table: b.table}
 			if multiStatements {
-				store, db, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL(), config)
+				store, db, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL{}, config)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -285,7 +285,7 @@ func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 			db := sql.OpenDB(connector)
 			db.SetMaxOpenConns(chaosPoolSize)
 			t.Cleanup(func() { db.Close() })
-			store, err := sqlinbox.NewDB(db, sqlinbox.MySQL(), config)
+			store, err := sqlinbox.NewDB(db, sqlinbox.MySQL{}, config)
 			if err != nil {
 				t.Fatal(err)
 			}

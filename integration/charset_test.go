@@ -55,9 +55,9 @@ func mysqlPool(t *testing.T, kind, params string, config sqlinbox.Config) (*sqli
 	switch kind {
 	case "NewDB":
 		db = openSQL(t, "mysql", dsn)
-		store, err = sqlinbox.NewDB(db, sqlinbox.MySQL(), config)
+		store, err = sqlinbox.NewDB(db, sqlinbox.MySQL{}, config)
 	case "NewMultiStatement":
-		store, db, err = sqlinbox.NewMultiStatement(mysqlConnector(t, dsn), sqlinbox.MySQL(), config)
+		store, db, err = sqlinbox.NewMultiStatement(mysqlConnector(t, dsn), sqlinbox.MySQL{}, config)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -73,9 +73,9 @@ func mysqlPool(t *testing.T, kind, params string, config sqlinbox.Config) (*sqli
 func mysqlBackendOn(t *testing.T, store *sqlinbox.Store) *backend {
 	t.Helper()
 	direct := openSQL(t, "mysql", testenv.MySQLDSN(t))
-	b := sqlBackend(t, func(sqlinbox.Config) (inbox.Store, error) { return store, nil }, direct, sqlinbox.MySQL())
+	b := sqlBackend(t, func(sqlinbox.Config) (inbox.Store, error) { return store, nil }, direct, sqlinbox.MySQL{})
 	b.table = store.Table().Name
-	creator, err := sqlinbox.NewDB(direct, sqlinbox.MySQL(), sqlinbox.Config{Table: b.table})
+	creator, err := sqlinbox.NewDB(direct, sqlinbox.MySQL{}, sqlinbox.Config{Table: b.table})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,10 +12,10 @@ import (
 // index on the same table, not another constraint.
 func TestDuplicateKeyIsThePrimaryKeyOnly(t *testing.T) {
 	for name, dialect := range map[string]sqlinbox.Dialect{
-		"pgx/postgres":          sqlinbox.Postgres(),
-		"database-sql/postgres": sqlinbox.Postgres(),
-		"database-sql/mariadb":  sqlinbox.MySQL(),
-		"database-sql/sqlite":   sqlinbox.SQLite(),
+		"pgx/postgres":          sqlinbox.Postgres{},
+		"database-sql/postgres": sqlinbox.Postgres{},
+		"database-sql/mariadb":  sqlinbox.MySQL{},
+		"database-sql/sqlite":   sqlinbox.SQLite{},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
@@ -26,7 +26,7 @@ func TestDuplicateKeyIsThePrimaryKeyOnly(t *testing.T) {
 			}
 			// The key's name, as a store's table check reads it: InitializeSchema made the
 			// table, so it is PostgreSQL's default (MySQL's is PRIMARY, SQLite's has none).
-			if dialect.Name() == sqlinbox.Postgres().Name() {
+			if dialect.Name() == (sqlinbox.Postgres{}).Name() {
 				table.PrimaryKey = b.table + "_pkey"
 			}
 			insert := dialect.InsertClaim(table)

@@ -38,7 +38,7 @@ var failoverStores = []failoverStore{
 		}
 	}, false},
 	{"database-sql", func(t *testing.T, url, table string) (inbox.Store, func(ctx context.Context) (runner, bool)) {
-		store, err := sqlinbox.NewDB(openSQL(t, "pgx", url), sqlinbox.Postgres(), sqlinbox.Config{Table: table})
+		store, err := sqlinbox.NewDB(openSQL(t, "pgx", url), sqlinbox.Postgres{}, sqlinbox.Config{Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}

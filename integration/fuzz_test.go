@@ -42,7 +42,7 @@ func FuzzKeyClaimedOnceOrRejected(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { db.Close() })
-	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite(), sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite{}, sqlinbox.Config{})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -128,13 +128,13 @@ func (c *galeraTables) store(t *testing.T, node int, m galeraMode, logger waterm
 	params := "parseTime=true&interpolateParams=true"
 	config := sqlinbox.Config{Table: c.table, Logger: logger}
 	if !m.multiStatement {
-		store, err := sqlinbox.NewDB(openSQL(t, "mysql", c.g.Nodes[node].DSN(params)), sqlinbox.MySQL(), config)
+		store, err := sqlinbox.NewDB(openSQL(t, "mysql", c.g.Nodes[node].DSN(params)), sqlinbox.MySQL{}, config)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return store
 	}
-	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, c.g.Nodes[node].DSN(params+"&multiStatements=true")), sqlinbox.MySQL(), config)
+	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, c.g.Nodes[node].DSN(params+"&multiStatements=true")), sqlinbox.MySQL{}, config)
 	if err != nil {
 		t.Fatal(err)
 	}

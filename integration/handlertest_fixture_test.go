@@ -163,10 +163,10 @@ var kitBackends = []struct {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return sqlKitFixture(t, "database-sql/postgres", db, sqlinbox.Postgres(), sqlinbox.Config{})
+		return sqlKitFixture(t, "database-sql/postgres", db, sqlinbox.Postgres{}, sqlinbox.Config{})
 	}},
 	{"database-sql/mariadb", func(t *testing.T) *kitFixture {
-		return sqlKitFixture(t, "database-sql/mariadb", mysqlKitDB(t, testenv.MySQLDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{})
+		return sqlKitFixture(t, "database-sql/mariadb", mysqlKitDB(t, testenv.MySQLDSN(t)), sqlinbox.MySQL{}, sqlinbox.Config{})
 	}},
 	{"database-sql/sqlite", func(t *testing.T) *kitFixture {
 		// A short busy timeout: a copy that waits for another's lock longer is nacked with
@@ -178,7 +178,7 @@ var kitBackends = []struct {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := sqlKitFixture(t, "database-sql/sqlite", db, sqlinbox.SQLite(), sqlinbox.Config{})
+		f := sqlKitFixture(t, "database-sql/sqlite", db, sqlinbox.SQLite{}, sqlinbox.Config{})
 		f.sqlite = true
 		return f
 	}},
@@ -189,18 +189,18 @@ var kitBackends = []struct {
 func multiStatementsKitFixture(t *testing.T) *kitFixture {
 	connector := handlertest.Connector(mysqlConnector(t, testenv.MySQLDSN(t)+"&multiStatements=true"))
 	table := testenv.Name("kit_inbox")
-	store, db, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL(), sqlinbox.Config{Table: table})
+	store, db, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sqlKitFixtureFor(t, "database-sql/mariadb/multi-statements", db, store, sqlinbox.MySQL(), table)
+	return sqlKitFixtureFor(t, "database-sql/mariadb/multi-statements", db, store, sqlinbox.MySQL{}, table)
 }
 
 // preparedKitFixture is MariaDB without interpolateParams: the driver declines a statement
 // with arguments (driver.ErrSkip) and database/sql prepares it, which the kit counts once.
 func preparedKitFixture(t *testing.T) *kitFixture {
 	return sqlKitFixture(t, "database-sql/mariadb/prepared", mysqlKitDB(t, testenv.MySQLDSN(t)+"&interpolateParams=false"),
-		sqlinbox.MySQL(), sqlinbox.Config{})
+		sqlinbox.MySQL{}, sqlinbox.Config{})
 }
 
 func mysqlKitDB(t *testing.T, dsn string) *sql.DB {
@@ -262,7 +262,7 @@ func sqlKitFixtureFor(t *testing.T, name string, db *sql.DB, store schemaInboxSt
 	if err := store.InitializeSchema(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	dollar := dialect.Name() == sqlinbox.Postgres().Name()
+	dollar := dialect.Name() == (sqlinbox.Postgres{}).Name()
 	f := &kitFixture{
 		name: name, store: store, pool: sqlRunner{db, dollar},
 		placeholders: func(q string) string { return q },

@@ -319,7 +319,7 @@ func TestHandlerKitReportsAFailingSnapshotOrReset(t *testing.T) {
 // open it.
 func TestHandlerKitRefusesASQLStoreItCannotSee(t *testing.T) {
 	db := openSQL(t, "sqlite", "file:"+filepath.Join(t.TempDir(), "plain.db")+"?_pragma=busy_timeout(10000)")
-	f := sqlKitFixture(t, "database-sql/sqlite, plain", db, sqlinbox.SQLite(), sqlinbox.Config{})
+	f := sqlKitFixture(t, "database-sql/sqlite, plain", db, sqlinbox.SQLite{}, sqlinbox.Config{})
 	rec := &recordingTB{TB: t}
 	c, opts := f.kitCase(t, f.billing(throughTx), false)
 	handlertest.Run(t.Context(), rec, c, opts)
@@ -351,7 +351,7 @@ func TestHandlerKitFollowsConfigBeginOnlyOnItsOwnPool(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			db := c.open(t, filepath.Join(t.TempDir(), "begin.db")+"?_pragma=busy_timeout(250)")
-			f := sqlKitFixture(t, "database-sql/sqlite, Config.Begin", db, sqlinbox.SQLite(), sqlinbox.Config{Begin: beginApp(db)})
+			f := sqlKitFixture(t, "database-sql/sqlite, Config.Begin", db, sqlinbox.SQLite{}, sqlinbox.Config{Begin: beginApp(db)})
 			rec := &recordingTB{TB: t}
 			kc, opts := f.kitCase(t, func(msg *message.Message) ([]*message.Message, error) {
 				tx, ok := inbox.TxFromContext[*appTx](msg.Context())

@@ -104,7 +104,7 @@ func TestMigrationCommandLinesOnAFreshDatabase(t *testing.T) {
 	mysqlDSN := testenv.MySQLDSN(t)
 	pgTarget := func(u string) freshTarget {
 		return freshTarget{
-			dialect: sqlinbox.Postgres(), driver: "pgx", dsn: u,
+			dialect: sqlinbox.Postgres{}, driver: "pgx", dsn: u,
 			// goose's command line caches statements by name unless told not to, which a
 			// pooler in transaction mode breaks from the second run (docs/operating.md).
 			goose: func(dir, versions string) []string {
@@ -119,7 +119,7 @@ func TestMigrationCommandLinesOnAFreshDatabase(t *testing.T) {
 	targets := map[string]freshTarget{
 		"postgres": pgTarget(pgURL),
 		"mariadb": {
-			dialect: sqlinbox.MySQL(), driver: "mysql", dsn: mysqlDSN,
+			dialect: sqlinbox.MySQL{}, driver: "mysql", dsn: mysqlDSN,
 			goose: func(dir, versions string) []string {
 				return []string{"-dir", dir, "-table", versions, "mysql", mysqlDSN}
 			},
@@ -171,7 +171,7 @@ func runFreshMigration(t *testing.T, tools map[string]string, target freshTarget
 	began := time.Now()
 	for _, table := range tables {
 		runCommand(t, tools["watermill-inbox"], "schema", "-format", format, "-dialect", target.dialect.Name(), "-table", table, "-out", dir)
-		if target.dialect.Name() == sqlinbox.MySQL().Name() {
+		if target.dialect.Name() == (sqlinbox.MySQL{}).Name() {
 			runCommand(t, tools["watermill-inbox"], "schema", "-upgrade", "-format", format, "-dialect", target.dialect.Name(), "-table", table, "-out", dir)
 		}
 	}
@@ -236,7 +236,7 @@ func runFreshMigration(t *testing.T, tools map[string]string, target freshTarget
 func schemaExists(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, schema string) bool {
 	t.Helper()
 	query := "SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1"
-	if dialect.Name() == sqlinbox.MySQL().Name() {
+	if dialect.Name() == (sqlinbox.MySQL{}).Name() {
 		query = "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?"
 	}
 	var n int

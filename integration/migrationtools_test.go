@@ -214,9 +214,9 @@ func runMigrationTarget(t *testing.T, target migrationTarget) {
 	first := backendsOf[stores[0]]
 	table := "billing_inbox"
 	switch first.dialect.Name() {
-	case sqlinbox.Postgres().Name():
+	case (sqlinbox.Postgres{}).Name():
 		table = createSchema(t, first, "DROP SCHEMA IF EXISTS %s CASCADE") + ".billing_inbox"
-	case sqlinbox.MySQL().Name():
+	case (sqlinbox.MySQL{}).Name():
 		table = createSchema(t, first, "DROP DATABASE IF EXISTS %s") + ".billing_inbox"
 	}
 

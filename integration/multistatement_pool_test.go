@@ -23,7 +23,7 @@ import (
 func TestMultiStatementPoolLeavesOtherWorkAlone(t *testing.T) {
 	b := backends["database-sql/mariadb/multi-statements"](t)
 	ctx := context.Background()
-	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, mysqlMultiStatementsDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{Table: b.table})
+	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, mysqlMultiStatementsDSN(t)), sqlinbox.MySQL{}, sqlinbox.Config{Table: b.table})
 	if err != nil {
 		t.Fatal(err)
 	}

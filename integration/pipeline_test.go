@@ -58,7 +58,7 @@ func pipelineBackendAt(t *testing.T, storeURL string, pipeline sqlinbox.Pipeline
 		outage:       func() func() { proxy.Cut(); return proxy.Restore },
 		retriable:    func(error) bool { return false },
 		placeholders: inboxtest.DollarPlaceholders,
-		dialect:      sqlinbox.Postgres(),
+		dialect:      sqlinbox.Postgres{},
 		retentionSQL: postgresRetentionSQL,
 		driver:       "pgx",
 		dsn:          directURL,

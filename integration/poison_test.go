@@ -63,7 +63,7 @@ func postgresDB(t *testing.T, url string) *pacedDB {
 func mariaDB(t *testing.T, dsn string) *pacedDB {
 	return &pacedDB{
 		newStore: func(t *testing.T, table string) (*sqlinbox.Store, func(ctx context.Context) (runner, bool)) {
-			store, err := sqlinbox.NewDB(openSQL(t, "mysql", dsn), sqlinbox.MySQL(), sqlinbox.Config{Table: table})
+			store, err := sqlinbox.NewDB(openSQL(t, "mysql", dsn), sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -482,9 +482,9 @@ func TestMissingOrRefusedTablePoisonsNothing(t *testing.T) {
 		open    func(t *testing.T) *pacedDB
 		refused string // the refused table's DDL ({t} the table)
 	}{
-		{"postgres", sqlinbox.Postgres(), func(t *testing.T) *pacedDB { return postgresDB(t, testenv.PostgresURL(t)) },
+		{"postgres", sqlinbox.Postgres{}, func(t *testing.T) *pacedDB { return postgresDB(t, testenv.PostgresURL(t)) },
 			"CREATE TABLE {t} (" + pgColumns + ", PRIMARY KEY (message_id))"},
-		{"mariadb", sqlinbox.MySQL(), func(t *testing.T) *pacedDB { return mariaDB(t, testenv.MySQLDSN(t)) },
+		{"mariadb", sqlinbox.MySQL{}, func(t *testing.T) *pacedDB { return mariaDB(t, testenv.MySQLDSN(t)) },
 			"CREATE TABLE {t} (" + mysqlColumns + ", PRIMARY KEY (message_id)) ENGINE=InnoDB"},
 	} {
 		for _, c := range []struct {

@@ -273,7 +273,7 @@ func TestPoolerCleanerHelper(t *testing.T) {
 		pool := openPgxPool(t, poolerURL, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
 		cleaner, err = sqlinbox.NewPgx(pool, sqlinbox.Config{Table: table})
 	case "database-sql/exec":
-		cleaner, err = sqlinbox.NewDB(openSQL(t, "pgx", withQuery(t, poolerURL, "default_query_exec_mode", "exec")), sqlinbox.Postgres(), sqlinbox.Config{Table: table})
+		cleaner, err = sqlinbox.NewDB(openSQL(t, "pgx", withQuery(t, poolerURL, "default_query_exec_mode", "exec")), sqlinbox.Postgres{}, sqlinbox.Config{Table: table})
 	default:
 		err = errors.New("unknown store " + store)
 	}

@@ -67,7 +67,7 @@ func TestMySQLPrivileges(t *testing.T) {
 	dsn := testenv.MySQLDSN(t)
 	admin := openSQL(t, "mysql", dsn)
 	table := testenv.Name("inbox")
-	adminStore, err := sqlinbox.NewDB(admin, sqlinbox.MySQL(), sqlinbox.Config{Table: table})
+	adminStore, err := sqlinbox.NewDB(admin, sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestMySQLPrivileges(t *testing.T) {
 
 			at := strings.Index(dsn, "@")
 			db := openSQL(t, "mysql", user+dsn[at:])
-			store, err := sqlinbox.NewDB(db, sqlinbox.MySQL(), sqlinbox.Config{Table: table})
+			store, err := sqlinbox.NewDB(db, sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
 			if err != nil {
 				t.Fatal(err)
 			}

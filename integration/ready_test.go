@@ -70,13 +70,13 @@ func TestReadinessOnPostgres(t *testing.T) {
 // DSN settings it needs.
 func TestReadinessRefusesAMultiStatementStoreWithoutTheDriverSetting(t *testing.T) {
 	b := mysqlBackend(t)
-	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, testenv.MySQLDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{Table: b.table})
+	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, testenv.MySQLDSN(t)), sqlinbox.MySQL{}, sqlinbox.Config{Table: b.table})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	wantProbe(t, inboxhttp.Ready(store), "multiStatements off", http.StatusServiceUnavailable, "multiStatements=true")
-	good, goodDB, err := sqlinbox.NewMultiStatement(mysqlConnector(t, mysqlMultiStatementsDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{Table: b.table})
+	good, goodDB, err := sqlinbox.NewMultiStatement(mysqlConnector(t, mysqlMultiStatementsDSN(t)), sqlinbox.MySQL{}, sqlinbox.Config{Table: b.table})
 	if err != nil {
 		t.Fatal(err)
 	}

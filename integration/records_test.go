@@ -53,12 +53,12 @@ func testRecordOverMaxAllowedPacket(t *testing.T, params string, multi, writeBeh
 	var err error
 	if multi {
 		var db *sql.DB
-		store, db, err = sqlinbox.NewMultiStatement(mysqlConnector(t, dsn), sqlinbox.MySQL(), sqlinbox.Config{Table: table})
+		store, db, err = sqlinbox.NewMultiStatement(mysqlConnector(t, dsn), sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
 		if db != nil {
 			t.Cleanup(func() { db.Close() })
 		}
 	} else {
-		store, err = sqlinbox.NewDB(openSQL(t, "mysql", dsn), sqlinbox.MySQL(), sqlinbox.Config{Table: table})
+		store, err = sqlinbox.NewDB(openSQL(t, "mysql", dsn), sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
 	}
 	if err != nil {
 		t.Fatal(err)

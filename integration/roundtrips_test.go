@@ -214,13 +214,13 @@ func TestMySQLMultiStatementRoundTripsPerMessage(t *testing.T) {
 			CheckTable(ctx context.Context) error
 		}
 		if m.multi {
-			multi, multiDB, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL(), config)
+			multi, multiDB, err := sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL{}, config)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { multiDB.Close() })
 			store = multi
-		} else if store, err = sqlinbox.NewDB(db, sqlinbox.MySQL(), config); err != nil {
+		} else if store, err = sqlinbox.NewDB(db, sqlinbox.MySQL{}, config); err != nil {
 			t.Fatal(err)
 		}
 		// The store's one table check, before counting: it is not a per-message cost.

@@ -109,7 +109,7 @@ func createShape(t *testing.T, b *backend, shape tableShape) (table string, ok b
 	table = testenv.Name("inbox")
 	ctx := context.Background()
 	collation := ""
-	if b.dialect.Name() == sqlinbox.Postgres().Name() {
+	if b.dialect.Name() == (sqlinbox.Postgres{}).Name() {
 		collation = testenv.Name("ci")
 		mustExec(t, b.direct, "CREATE COLLATION "+collation+" (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
 		// The extension stays: other tests may use it at the same time.
@@ -173,7 +173,7 @@ func deliverAll(t *testing.T, b *backend, store inbox.Store, writeBehind bool) (
 // collation).
 func effects(t *testing.T, b *backend) string {
 	where := "WHERE consumer = ? AND msg_key = ?"
-	if b.dialect.Name() == sqlinbox.MySQL().Name() {
+	if b.dialect.Name() == (sqlinbox.MySQL{}).Name() {
 		where = "WHERE consumer = ? AND BINARY msg_key = ?"
 	}
 	return fmt.Sprintf("billing Order-A %d, billing order-a %d, shipping Order-A %d",

@@ -45,7 +45,7 @@ func withMySQLParams(dsn, params string) string {
 func zonedStore(t *testing.T, dsn, table string) *sqlinbox.Store {
 	t.Helper()
 	db := openSQL(t, "mysql", dsn)
-	store, err := sqlinbox.NewDB(db, sqlinbox.MySQL(), sqlinbox.Config{Table: table})
+	store, err := sqlinbox.NewDB(db, sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,13 +274,13 @@ func TestMySQLUpgradeToUTCProcessedAt(t *testing.T) {
 				t.Fatalf("CheckTable of the earlier table = %v, want it to name %s", err, want)
 			}
 
-			fsys, err := sqlinbox.UpgradeFiles(sqlinbox.MySQL(), table, tool.format, "")
+			fsys, err := sqlinbox.UpgradeFiles(sqlinbox.MySQL{}, table, tool.format, "")
 			if err != nil {
 				t.Fatal(err)
 			}
 			// golang-migrate runs a file as one request: its MySQL driver needs multiStatements
 			// (its command line sets it itself).
-			m := tool.open(t, sqlinbox.MySQL(), "mysql", withMySQLParams(mysqlSession(t, "+05:00", time.Time{}), "multiStatements=true"), fsys)
+			m := tool.open(t, sqlinbox.MySQL{}, "mysql", withMySQLParams(mysqlSession(t, "+05:00", time.Time{}), "multiStatements=true"), fsys)
 			if err := m.up(); err != nil {
 				t.Fatalf("%s up: %v", tool.name, err)
 			}
@@ -295,11 +295,11 @@ func TestMySQLUpgradeToUTCProcessedAt(t *testing.T) {
 			}
 
 			// The upgrade's statements once more, as a tool that ran it again would: nothing moves.
-			parsed, err := sqlinbox.MySQL().ParseTable(table)
+			parsed, err := (sqlinbox.MySQL{}).ParseTable(table)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, up, _ := sqlinbox.MySQL().UpgradeTable(parsed)
+			_, up, _ := (sqlinbox.MySQL{}).UpgradeTable(parsed)
 			again, err := openSQL(t, "mysql", mysqlSession(t, "+05:00", time.Time{})).Conn(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -344,11 +344,11 @@ func TestMySQLUpgradeOfANewTableChangesNothing(t *testing.T) {
 	table := newZonedTable(t)
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	claimAll(t, zonedStore(t, mysqlSession(t, "+05:00", now), table), "k")
-	parsed, err := sqlinbox.MySQL().ParseTable(table)
+	parsed, err := (sqlinbox.MySQL{}).ParseTable(table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, up, _ := sqlinbox.MySQL().UpgradeTable(parsed)
+	_, up, _ := (sqlinbox.MySQL{}).UpgradeTable(parsed)
 	conn, err := openSQL(t, "mysql", mysqlSession(t, "+05:00", time.Time{})).Conn(context.Background())
 	if err != nil {
 		t.Fatal(err)

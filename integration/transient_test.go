@@ -110,7 +110,7 @@ type transientDB struct {
 
 var transientDBs = []transientDB{
 	{
-		name: "postgres", dialect: sqlinbox.Postgres(),
+		name: "postgres", dialect: sqlinbox.Postgres{},
 		open: func(t *testing.T, config sqlinbox.Config) (transientStore, runner) {
 			return pgxTransientStore(t, openPgxPool(t, testenv.PostgresURL(t)), config), pgxRunner{openPgxPool(t, testenv.PostgresURL(t))}
 		},
@@ -143,10 +143,10 @@ var transientDBs = []transientDB{
 		lockWait:  pgCode("55P03"),
 	},
 	{
-		name: "mariadb", dialect: sqlinbox.MySQL(),
+		name: "mariadb", dialect: sqlinbox.MySQL{},
 		open: func(t *testing.T, config sqlinbox.Config) (transientStore, runner) {
 			dsn := testenv.MySQLDSN(t)
-			return sqlTransientStore(t, openSQL(t, "mysql", dsn), sqlinbox.MySQL(), config), sqlRunner{openSQL(t, "mysql", dsn), false}
+			return sqlTransientStore(t, openSQL(t, "mysql", dsn), sqlinbox.MySQL{}, config), sqlRunner{openSQL(t, "mysql", dsn), false}
 		},
 		hold: func(t *testing.T, table string, id int) func() {
 			tx, err := openSQL(t, "mysql", testenv.MySQLDSN(t)).BeginTx(context.Background(), nil)
@@ -159,13 +159,13 @@ var transientDBs = []transientDB{
 			return func() { _ = tx.Rollback() }
 		},
 		refused: func(t *testing.T, port int) *sqlinbox.Store {
-			return sqlTransientStore(t, openSQL(t, "mysql", "root@tcp(127.0.0.1:"+strconv.Itoa(port)+")/test"), sqlinbox.MySQL(),
+			return sqlTransientStore(t, openSQL(t, "mysql", "root@tcp(127.0.0.1:"+strconv.Itoa(port)+")/test"), sqlinbox.MySQL{},
 				sqlinbox.Config{Table: testenv.Name("inbox")}).store
 		},
 		exhausted: func(t *testing.T) transientStore {
 			db := openSQL(t, "mysql", testenv.MySQLDSN(t))
 			db.SetMaxOpenConns(1)
-			s := sqlTransientStore(t, db, sqlinbox.MySQL(), sqlinbox.Config{})
+			s := sqlTransientStore(t, db, sqlinbox.MySQL{}, sqlinbox.Config{})
 			conn, err := db.Conn(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -212,7 +212,7 @@ func sqlTransientStore(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	dollar := dialect.Name() == sqlinbox.Postgres().Name()
+	dollar := dialect.Name() == (sqlinbox.Postgres{}).Name()
 	s := transientStore{store: store, table: config.Table, inTx: func(ctx context.Context) (runner, bool) {
 		tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 		return sqlRunner{tx, dollar}, ok
@@ -343,7 +343,7 @@ func TestReadOnlyServerIsNotPoison(t *testing.T) {
 		// The table reaches the standby by replication.
 		waitFor(t, "the inbox table on the standby", func() bool { return standby.store.CheckTable(ctx) == nil })
 		err := standby.deliver(t, newOrder(), func(*message.Message, runner) error { return nil })
-		wantTransient(t, standby.store, sqlinbox.Postgres(), err, "hot standby", pgCode("25006"))
+		wantTransient(t, standby.store, sqlinbox.Postgres{}, err, "hot standby", pgCode("25006"))
 	})
 	t.Run("mariadb read_only", func(t *testing.T) {
 		t.Parallel()
@@ -357,9 +357,9 @@ func TestReadOnlyServerIsNotPoison(t *testing.T) {
 			}
 		}
 		root := openSQL(t, "mysql", m.DSN("parseTime=true"))
-		table := sqlTransientStore(t, root, sqlinbox.MySQL(), sqlinbox.Config{}).table
+		table := sqlTransientStore(t, root, sqlinbox.MySQL{}, sqlinbox.Config{}).table
 		app := sqlTransientStore(t, openSQL(t, "mysql", "app@tcp(127.0.0.1:"+strconv.Itoa(m.Port)+")/test?parseTime=true"),
-			sqlinbox.MySQL(), sqlinbox.Config{Table: table})
+			sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
 		if err := app.store.CheckTable(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -367,15 +367,15 @@ func TestReadOnlyServerIsNotPoison(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := app.deliver(t, newOrder(), func(*message.Message, runner) error { return nil })
-		wantTransient(t, app.store, sqlinbox.MySQL(), err, "read_only server", mysqlNumber(1290))
+		wantTransient(t, app.store, sqlinbox.MySQL{}, err, "read_only server", mysqlNumber(1290))
 	})
 	t.Run("mariadb read-only transaction", func(t *testing.T) {
 		t.Parallel()
 		s, _ := transientDBs[1].open(t, sqlinbox.Config{})
 		// The driver sets tx_read_only on each of the pool's connections.
-		readOnly := sqlTransientStore(t, openSQL(t, "mysql", withMySQLParam(testenv.MySQLDSN(t), "tx_read_only=1")), sqlinbox.MySQL(), sqlinbox.Config{Table: s.table})
+		readOnly := sqlTransientStore(t, openSQL(t, "mysql", withMySQLParam(testenv.MySQLDSN(t), "tx_read_only=1")), sqlinbox.MySQL{}, sqlinbox.Config{Table: s.table})
 		err := readOnly.deliver(t, newOrder(), func(*message.Message, runner) error { return nil })
-		wantTransient(t, readOnly.store, sqlinbox.MySQL(), err, "read-only transaction", mysqlNumber(1792))
+		wantTransient(t, readOnly.store, sqlinbox.MySQL{}, err, "read-only transaction", mysqlNumber(1792))
 	})
 }
 
@@ -386,7 +386,7 @@ func TestReadOnlyServerIsNotPoison(t *testing.T) {
 func galeraNodeNotReadyIsNotPoison(t *testing.T) {
 	c := newGaleraTables(t)
 	node := c.g.Nodes[2]
-	store := sqlTransientStore(t, openSQL(t, "mysql", node.DSN("parseTime=true&interpolateParams=true")), sqlinbox.MySQL(),
+	store := sqlTransientStore(t, openSQL(t, "mysql", node.DSN("parseTime=true&interpolateParams=true")), sqlinbox.MySQL{},
 		sqlinbox.Config{Table: c.table})
 	if err := store.store.CheckTable(context.Background()); err != nil {
 		t.Fatal(err)
@@ -401,7 +401,7 @@ func galeraNodeNotReadyIsNotPoison(t *testing.T) {
 		}
 	})
 	err := store.deliver(t, newOrder(), func(*message.Message, runner) error { return nil })
-	wantTransient(t, store.store, sqlinbox.MySQL(), err, "Galera node not ready", mysqlNumber(errNodeNotReady))
+	wantTransient(t, store.store, sqlinbox.MySQL{}, err, "Galera node not ready", mysqlNumber(errNodeNotReady))
 }
 
 // withMySQLParam adds param to the parameters of a go-sql-driver/mysql DSN.

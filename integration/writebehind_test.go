@@ -155,7 +155,7 @@ func waitForLockWaiter(t *testing.T, direct runner, table string, delivered <-ch
 // processes the messages).
 func TestMultiStatementStoreWithoutTheDriverSettingIsAnError(t *testing.T) {
 	b := mysqlBackend(t) // its DSN does not set multiStatements
-	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, testenv.MySQLDSN(t)), sqlinbox.MySQL(), sqlinbox.Config{Table: b.table})
+	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, testenv.MySQLDSN(t)), sqlinbox.MySQL{}, sqlinbox.Config{Table: b.table})
 	if err != nil {
 		t.Fatal(err)
 	}

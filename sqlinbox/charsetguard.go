@@ -17,9 +17,9 @@ import (
 
 // charsetGuard is what a dialect whose driver escapes on the client tells the store; the
 // store asks for it with a type assertion, so it is not part of [Dialect]. A dialect of one's
-// own that embeds [MySQL]'s keeps the guard inside the claim (its InsertClaim), which refuses
-// the message on an unsafe connection, but not the named refusal at the table check nor the
-// refusal of a queued SET: it is a struct of its own, which has only Dialect's methods.
+// own that embeds [MySQL] by value has these methods promoted from it, and keeps every
+// refusal: the guard inside the claim, the named refusal at the table check and that of a
+// queued SET.
 type charsetGuard interface {
 	// charsetQuery reads the session's character_set_client.
 	charsetQuery() string

@@ -19,7 +19,7 @@ func TestMySQLSessionChange(t *testing.T) {
 		"SET\tNAMES utf8mb4":                                                 "names",
 	}
 	for statement, want := range refused {
-		if got := (mysql{}).sessionChange(statement); got != want {
+		if got := (MySQL{}).sessionChange(statement); got != want {
 			t.Errorf("sessionChange(%q) = %q, want %q", statement, got, want)
 		}
 	}
@@ -36,13 +36,13 @@ func TestMySQLSessionChange(t *testing.T) {
 		"SET names_of_things = 1",
 	}
 	for _, statement := range allowed {
-		if got := (mysql{}).sessionChange(statement); got != "" {
+		if got := (MySQL{}).sessionChange(statement); got != "" {
 			t.Errorf("sessionChange(%q) = %q, want none", statement, got)
 		}
 	}
 	for charset, unsafe := range map[string]bool{"gbk": true, "SJIS": true, "cp932": true, "big5": true, "gb18030": true,
 		"utf8mb4": false, "utf8mb3": false, "latin1": false, "gb2312": false, "euckr": false, "ujis": false, "": false, "gb": false} {
-		if got := (mysql{}).unsafeCharset(charset); got != unsafe {
+		if got := (MySQL{}).unsafeCharset(charset); got != unsafe {
 			t.Errorf("unsafeCharset(%q) = %v, want %v", charset, got, unsafe)
 		}
 	}

@@ -10,20 +10,21 @@ import (
 // DDL, the catalog query by which a store checks the table, and how to read the database's
 // errors. Its methods return SQL text, so a dialect is read and tested without a database.
 //
-// [Postgres], [MySQL] and [SQLite] return the dialects this package ships, each defined in a file
-// of its own. [Dialect] is also the extension point for another database, or another driver's
-// errors, and as an extension point it is not stable: methods may be added, or their
-// contract refined, in a minor release. A Dialect of your own therefore embeds a shipped one,
-// and overrides the methods that differ; an unexported method makes embedding the only way to
-// implement the interface, so that such a dialect keeps compiling when a method is added, and
-// gets the embedded dialect's SQL for it:
+// [Postgres], [MySQL] and [SQLite] are the dialects this package ships, each a struct type
+// defined in a file of its own, whose zero value is ready to use. [Dialect] is also the
+// extension point for another database, or another driver's errors, and as an extension
+// point it is not stable: methods may be added, or their contract refined, in a minor
+// release. A Dialect of your own therefore embeds a shipped one by value, and overrides the
+// methods that differ; an unexported method makes embedding the only way to implement the
+// interface, so that such a dialect keeps compiling when a method is added, and gets the
+// embedded dialect's SQL for it and every check the store asks the embedded one for:
 //
 //	// YugabyteDB speaks PostgreSQL's SQL; only its name differs.
-//	type yugabyte struct{ sqlinbox.Dialect }
+//	type yugabyte struct{ sqlinbox.Postgres }
 //
 //	func (yugabyte) Name() string { return "yugabyte" }
 //
-//	store, err := sqlinbox.NewDB(db, yugabyte{sqlinbox.Postgres()}, sqlinbox.Config{})
+//	store, err := sqlinbox.NewDB(db, yugabyte{}, sqlinbox.Config{})
 //
 // Run the conformance suite of package inboxtest on a store built with it, on the real
 // database.

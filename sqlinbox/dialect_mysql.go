@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// MySQL returns the dialect of MySQL and MariaDB with InnoDB, through
+// MySQL is the dialect of MySQL and MariaDB with InnoDB, through
 // github.com/go-sql-driver/mysql. Set interpolateParams=true in its DSN to save the prepare
 // round trips of every statement.
 //
@@ -23,19 +23,17 @@ import (
 // parameters can be undone: its table check (CheckTable, InitializeSchema) and every claim
 // fail with an error that names the character set. It also refuses a queued statement
 // that sets sql_mode, NAMES, CHARACTER SET or a character_set_ variable. See docs/mysql.md.
-func MySQL() Dialect { return mysql{} }
+type MySQL struct{}
 
-type mysql struct{}
-
-func (mysql) dialect() {}
+func (MySQL) dialect() {}
 
 // RequestLimit: the server refuses a request (or, prepared, a parameter) longer than
 // max_allowed_packet, and closes the connection.
-func (mysql) RequestLimit() string { return "SELECT @@max_allowed_packet" }
+func (MySQL) RequestLimit() string { return "SELECT @@max_allowed_packet" }
 
-func (mysql) Name() string { return "mysql" }
+func (MySQL) Name() string { return "mysql" }
 
-func (mysql) ParseTable(name string) (Table, error) {
+func (MySQL) ParseTable(name string) (Table, error) {
 	return parseQualified(name, func(identifier string) string { return "`" + identifier + "`" })
 }
 
@@ -45,7 +43,7 @@ func (mysql) ParseTable(name string) (Table, error) {
 // processed_at index is inside CREATE TABLE: MySQL has no CREATE INDEX IF NOT EXISTS. A
 // table qualified by a database creates that database first if it does not exist, so that a
 // migration runs on a new server.
-func (mysql) CreateTable(t Table) []string {
+func (MySQL) CreateTable(t Table) []string {
 	var database []string
 	if t.Schema != "" {
 		database = []string{"CREATE DATABASE IF NOT EXISTS `" + t.Schema + "`"}
@@ -62,9 +60,9 @@ func (mysql) CreateTable(t Table) []string {
 }
 
 // SchemaLock: [MySQL]'s DDL commits on its own; CREATE TABLE IF NOT EXISTS is safe at once.
-func (mysql) SchemaLock() string { return "" }
+func (MySQL) SchemaLock() string { return "" }
 
-func (mysql) DescribeTable(t Table) (string, []any) {
+func (MySQL) DescribeTable(t Table) (string, []any) {
 	var schema any
 	if t.Schema != "" {
 		schema = t.Schema
@@ -72,7 +70,7 @@ func (mysql) DescribeTable(t Table) (string, []any) {
 	return mysqlDescribe, []any{schema, t.Name}
 }
 
-func (mysql) ColumnTypes() (key, binary, temporal string) {
+func (MySQL) ColumnTypes() (key, binary, temporal string) {
 	return "VARBINARY, or VARCHAR CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin (MariaDB) or utf8mb4_0900_bin (MySQL)",
 		"VARBINARY or a BLOB type", "DATETIME(6) DEFAULT (UTC_TIMESTAMP(6)), the time in UTC whatever the session's time zone"
 }
@@ -107,7 +105,7 @@ ORDER BY c.ORDINAL_POSITION`
 
 // RetentionIndex counts the indexes of the table (schema ?, default DATABASE(); name ?) whose
 // first column is processed_at.
-func (mysql) RetentionIndex(t Table) (string, []any) {
+func (MySQL) RetentionIndex(t Table) (string, []any) {
 	var schema any
 	if t.Schema != "" {
 		schema = t.Schema
@@ -125,7 +123,7 @@ WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME 
 // conversion fails (outside TIMESTAMP's range) keeps its time. The conversion runs only
 // while the default is the old one, so a second run, or a run on a table CreateTable made,
 // changes nothing; the down migration converts back only while the default is UTC's.
-func (mysql) UpgradeTable(t Table) (name string, up, down []string) {
+func (MySQL) UpgradeTable(t Table) (name string, up, down []string) {
 	schema := "DATABASE()"
 	if t.Schema != "" {
 		schema = "'" + t.Schema + "'" // a validated identifier holds no quote
@@ -154,7 +152,7 @@ func (mysql) UpgradeTable(t Table) (name string, up, down []string) {
 // travels in the claim, which every store and mode sends first: it costs no statement and no
 // round trip, and it reads the session as it is at that moment, whatever SET NAMES ran on
 // the connection before.
-func (mysql) InsertClaim(t Table) string {
+func (MySQL) InsertClaim(t Table) string {
 	return "INSERT INTO " + t.Quoted + " (consumer, message_id, payload_hash) VALUES (" +
 		"UNHEX(IF(@@character_set_client IN (" + mysqlUnsafeCharsets + "), NULL, ?)), UNHEX(?), UNHEX(?))"
 }
@@ -169,17 +167,17 @@ const mysqlUnsafeCharsets = "'big5', 'cp932', 'gb18030', 'gbk', 'sjis'"
 
 // charsetQuery reads the session's character_set_client, for the check at start-up and to
 // name the character set of a claim the guard refused.
-func (mysql) charsetQuery() string { return "SELECT @@character_set_client" }
+func (MySQL) charsetQuery() string { return "SELECT @@character_set_client" }
 
 // unsafeCharset reports whether charset is one of mysqlUnsafeCharsets.
-func (mysql) unsafeCharset(charset string) bool {
+func (MySQL) unsafeCharset(charset string) bool {
 	return strings.Contains(mysqlUnsafeCharsets, "'"+strings.ToLower(charset)+"'")
 }
 
 // mayBeCharsetRefusal reports whether err could be the claim's guard: error 1048 on the
 // column consumer. A statement of the application's on another table can fail the same way,
 // so the store reads the session's character set before it says so.
-func (mysql) mayBeCharsetRefusal(err error) bool {
+func (MySQL) mayBeCharsetRefusal(err error) bool {
 	number, message, ok := mysqlError(err)
 	return ok && number == 1048 && strings.Contains(message, "'consumer'")
 }
@@ -190,7 +188,7 @@ func (mysql) mayBeCharsetRefusal(err error) bool {
 // parameters of every statement of a request into its text before the server runs the first,
 // by the session's state as it was before the request, so a statement after such a SET could
 // be read otherwise than it was escaped; a SET STATEMENT ... FOR is refused as well.
-func (mysql) sessionChange(statement string) string {
+func (MySQL) sessionChange(statement string) string {
 	text := strings.ToLower(skipLeadingComments(statement))
 	if !strings.HasPrefix(text, "set") || (len(text) > 3 && isIdentifierByte(text[3])) {
 		return ""
@@ -206,13 +204,13 @@ func (mysql) sessionChange(statement string) string {
 var mysqlSessionChange = regexp.MustCompile(`(?:^|[^\w@$]|@@)(sql_mode|names|charset|character\s+set|character_set_[a-z_]+)(?:[^\w$]|$)`)
 
 // InsertClaimOrSkip: none; a duplicate's error 1062 leaves InnoDB's transaction usable.
-func (mysql) InsertClaimOrSkip(Table) string { return "" }
+func (MySQL) InsertClaimOrSkip(Table) string { return "" }
 
-func (mysql) SelectClaim(t Table) string {
+func (MySQL) SelectClaim(t Table) string {
 	return "SELECT payload_hash, produced FROM " + t.Quoted + " WHERE consumer = UNHEX(?) AND message_id = UNHEX(?)"
 }
 
-func (mysql) UpdateProduced(t Table) string {
+func (MySQL) UpdateProduced(t Table) string {
 	return "UPDATE " + t.Quoted + " SET produced = UNHEX(?) WHERE consumer = UNHEX(?) AND message_id = UNHEX(?)"
 }
 
@@ -223,7 +221,7 @@ func (mysql) UpdateProduced(t Table) string {
 // backslash, and a string parameter could end its literal. Hex digits read the same in every
 // character set and whatever the sql_mode, so no key, consumer, fingerprint or record of
 // produced messages can.
-func (mysql) Param(value any) any {
+func (MySQL) Param(value any) any {
 	switch v := value.(type) {
 	case string:
 		return hex.EncodeToString([]byte(v))
@@ -239,7 +237,7 @@ func (mysql) Param(value any) any {
 // IsDuplicateKey recognises error 1062 (ER_DUP_ENTRY) on the key PRIMARY. [MySQL] ends its
 // message with "for key '<table>.PRIMARY'", MariaDB with "for key 'PRIMARY'"; the entry,
 // which holds the claimed key, comes before it, so only the end of the message is read.
-func (mysql) IsDuplicateKey(err error, t Table) bool {
+func (MySQL) IsDuplicateKey(err error, t Table) bool {
 	number, message, ok := mysqlError(err)
 	if !ok || number != 1062 {
 		return false
@@ -249,7 +247,7 @@ func (mysql) IsDuplicateKey(err error, t Table) bool {
 
 // IsTransient: the server's errors of a database that fails the statement, not the message,
 // and the driver's error for a connection that broke mid-statement, whose outcome is unknown.
-func (mysql) IsTransient(err error) bool {
+func (MySQL) IsTransient(err error) bool {
 	if number, _, ok := mysqlError(err); ok {
 		_, transient := mysqlTransient[number]
 		return transient
@@ -293,12 +291,12 @@ func mysqlError(err error) (number uint64, message string, ok bool) {
 	return 0, "", false
 }
 
-func (mysql) Begin() string { return "START TRANSACTION" }
+func (MySQL) Begin() string { return "START TRANSACTION" }
 
 // LockTimeout is in whole seconds, at least 1. InnoDB has no per-transaction setting: this one
 // is the session's, kept by the connection after the transaction, and the same value is set
 // again at the start of every inbox transaction ([Config.LockTimeout] says so).
-func (mysql) LockTimeout(timeout time.Duration) (string, []any) {
+func (MySQL) LockTimeout(timeout time.Duration) (string, []any) {
 	return "SET SESSION innodb_lock_wait_timeout = ?", []any{(max(timeout.Milliseconds(), 1) + 999) / 1000}
 }
 
@@ -307,15 +305,15 @@ func (mysql) LockTimeout(timeout time.Duration) (string, []any) {
 // server's), which may differ between the claiming services and the cleanup, and whose
 // daylight-saving changes would move a local time by an hour. The processed_at index gives
 // the oldest rows; LIMIT bounds the batch.
-func (mysql) DeleteExpired(t Table) string {
+func (MySQL) DeleteExpired(t Table) string {
 	return "DELETE FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?"
 }
 
-func (mysql) CountExpired(t Table) string {
+func (MySQL) CountExpired(t Table) string {
 	return "SELECT COUNT(*) FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
 }
 
-func (mysql) Age(olderThan time.Duration) any { return olderThan.Microseconds() }
+func (MySQL) Age(olderThan time.Duration) any { return olderThan.Microseconds() }
 
 // CleanupLock is a named lock. Named locks are server-wide: the name holds the database and
 // the table, hashed to stay under the 64-character limit. [MySQL] has no named lock that ends
@@ -324,7 +322,7 @@ func (mysql) Age(olderThan time.Duration) any { return olderThan.Microseconds() 
 // multiplexing pooler must keep the session on one backend connection from GET_LOCK to
 // RELEASE_LOCK: ProxySQL documents that it stops multiplexing a client connection that calls
 // GET_LOCK, for as long as it lives.
-func (mysql) CleanupLock(t Table) (take, release string, key any) {
+func (MySQL) CleanupLock(t Table) (take, release string, key any) {
 	key = t.Name
 	if t.Schema != "" {
 		key = t.Schema + "." + t.Name
@@ -333,7 +331,7 @@ func (mysql) CleanupLock(t Table) (take, release string, key any) {
 		"SELECT RELEASE_LOCK(CONCAT('inbox_cleanup_', SHA1(CONCAT_WS('.', DATABASE(), ?))))", key
 }
 
-func (mysql) TableSize(t Table) []SizeQuery {
+func (MySQL) TableSize(t Table) []SizeQuery {
 	var schema any
 	if t.Schema != "" {
 		schema = t.Schema
@@ -351,7 +349,7 @@ func (mysql) TableSize(t Table) []SizeQuery {
 // Percona XtraDB Cluster): when another node's write-set aborts the transaction partway
 // through a request, the server runs the rest of it in autocommit, and may even report
 // success. Plain MySQL has no wsrep_on; plain MariaDB reports OFF.
-func (mysql) MultiStatement() *MultiStatementSQL {
+func (MySQL) MultiStatement() *MultiStatementSQL {
 	return &MultiStatementSQL{Probe: "DO ?; DO ?", Refuse: "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"}
 }
 

@@ -9,22 +9,20 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Postgres returns the dialect of PostgreSQL, through pgx ([NewPgx]) or any database/sql
+// Postgres is the dialect of PostgreSQL, through pgx ([NewPgx]) or any database/sql
 // driver that returns [*pgconn.PgError], such as pgx's stdlib ([NewDB]). The claim is INSERT ...
 // ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true; a duplicate then reads the
 // committed claim.
-func Postgres() Dialect { return postgres{} }
+type Postgres struct{}
 
-type postgres struct{}
-
-func (postgres) dialect() {}
+func (Postgres) dialect() {}
 
 // RequestLimit: no limit near a record the middleware accepts (a bytea holds 1 GB).
-func (postgres) RequestLimit() string { return "" }
+func (Postgres) RequestLimit() string { return "" }
 
-func (postgres) Name() string { return "postgres" }
+func (Postgres) Name() string { return "postgres" }
 
-func (postgres) ParseTable(name string) (Table, error) { return parseQualified(name, doubleQuote) }
+func (Postgres) ParseTable(name string) (Table, error) { return parseQualified(name, doubleQuote) }
 
 // doubleQuote quotes an identifier the standard way; a validated identifier holds no quote.
 func doubleQuote(identifier string) string { return `"` + identifier + `"` }
@@ -35,7 +33,7 @@ func doubleQuote(identifier string) string { return `"` + identifier + `"` }
 // on a new database: CREATE SCHEMA IF NOT EXISTS would need the CREATE privilege on the
 // database even when the schema exists, which a team's migration user may lack, so the
 // block creates it only when it is missing (and lets a schema created meanwhile be).
-func (postgres) CreateTable(t Table) []string {
+func (Postgres) CreateTable(t Table) []string {
 	var schema []string
 	if t.Schema != "" {
 		schema = []string{`DO $$ BEGIN
@@ -59,26 +57,26 @@ END $$`}
 }
 
 // SchemaLock: CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
-func (postgres) SchemaLock() string { return `SELECT pg_advisory_xact_lock(7061261737466313)` }
+func (Postgres) SchemaLock() string { return `SELECT pg_advisory_xact_lock(7061261737466313)` }
 
-func (postgres) DescribeTable(t Table) (string, []any) { return postgresDescribe, []any{t.Quoted} }
+func (Postgres) DescribeTable(t Table) (string, []any) { return postgresDescribe, []any{t.Quoted} }
 
 // ColumnTypes: bytea only for the bytes, because text refuses the bytes of a fingerprint
 // that are not UTF-8.
-func (postgres) ColumnTypes() (key, binary, temporal string) {
+func (Postgres) ColumnTypes() (key, binary, temporal string) {
 	return `varchar or text with a deterministic collation (COLLATE "C"), or bytea`, "bytea", "timestamptz"
 }
 
 // RetentionIndex counts the valid indexes of the table named by $1 (quoted, found as
 // postgresDescribe finds it) that start with processed_at.
-func (postgres) RetentionIndex(t Table) (string, []any) {
+func (Postgres) RetentionIndex(t Table) (string, []any) {
 	return `SELECT count(*) FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 WHERE i.indrelid = to_regclass($1::text) AND a.attname = 'processed_at' AND i.indisvalid`, []any{t.Quoted}
 }
 
 // UpgradeTable: the table has not changed.
-func (postgres) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
+func (Postgres) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
 
 // postgresDescribe describes the table named by $1 (quoted, found on the search path as the
 // store's statements find it) for the table check. Exact: text, varchar or bytea (not
@@ -109,26 +107,26 @@ ORDER BY a.attnum`
 // it; the claim-first mode with InsertClaimOrSkip. The claim reads nothing back: duplicates
 // are rare, and a claim that also read the committed claim measured slower for every first
 // delivery.
-func (postgres) InsertClaim(t Table) string {
+func (Postgres) InsertClaim(t Table) string {
 	return `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`
 }
 
-func (postgres) InsertClaimOrSkip(t Table) string {
+func (Postgres) InsertClaimOrSkip(t Table) string {
 	return `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash) VALUES ($1, $2, $3)
 ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`
 }
 
-func (postgres) SelectClaim(t Table) string {
+func (Postgres) SelectClaim(t Table) string {
 	return `SELECT payload_hash, produced FROM ` + t.Quoted + ` WHERE consumer = $1 AND message_id = $2`
 }
 
-func (postgres) UpdateProduced(t Table) string {
+func (Postgres) UpdateProduced(t Table) string {
 	return `UPDATE ` + t.Quoted + ` SET produced = $1 WHERE consumer = $2 AND message_id = $3`
 }
 
 // Param: the parameters travel apart from the text (or, in pgx's simple protocol, are
 // quoted by pgx for standard_conforming_strings, which it requires).
-func (postgres) Param(value any) any { return value }
+func (Postgres) Param(value any) any { return value }
 
 // IsDuplicateKey recognises a unique violation (SQLSTATE 23505) of the inbox table's primary
 // key: the constraint the error names is the key the table check read from the catalog
@@ -136,7 +134,7 @@ func (postgres) Param(value any) any { return value }
 // after a re-create), on the table the error names. Any other unique index of the table is
 // not the key. The error is a [*pgconn.PgError], found with [errors.As], from pgx and from its
 // database/sql driver.
-func (postgres) IsDuplicateKey(err error, t Table) bool {
+func (Postgres) IsDuplicateKey(err error, t Table) bool {
 	var pgErr *pgconn.PgError
 	if t.PrimaryKey == "" || !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 		return false
@@ -148,7 +146,7 @@ func (postgres) IsDuplicateKey(err error, t Table) bool {
 // IsTransient: the SQLSTATEs of a database that fails the statement, not the message, and a
 // connection pgx could not make (a refused connection, a server starting up, a password
 // changed while the service runs).
-func (postgres) IsTransient(err error) bool {
+func (Postgres) IsTransient(err error) bool {
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) || pgconn.Timeout(err) {
 		return true
@@ -172,37 +170,37 @@ func (postgres) IsTransient(err error) bool {
 	return strings.HasPrefix(pgErr.Code, "08") // connection_exception and its subclasses
 }
 
-func (postgres) Begin() string { return "BEGIN" }
+func (Postgres) Begin() string { return "BEGIN" }
 
 // LockTimeout: set_config(..., true) is SET LOCAL with a parameter; it ends with the
 // transaction, so it is safe behind a pooler in transaction mode.
-func (postgres) LockTimeout(timeout time.Duration) (string, []any) {
+func (Postgres) LockTimeout(timeout time.Duration) (string, []any) {
 	return `SELECT set_config('lock_timeout', $1, true)`, []any{strconv.FormatInt(max(timeout.Milliseconds(), 1), 10) + "ms"}
 }
 
 // DeleteExpired deletes by ctid, the row's physical address: the subquery finds the batch
 // through the processed_at index, the DELETE goes straight to each row.
-func (postgres) DeleteExpired(t Table) string {
+func (Postgres) DeleteExpired(t Table) string {
 	return render(`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`, t)
 }
 
-func (postgres) CountExpired(t Table) string {
+func (Postgres) CountExpired(t Table) string {
 	return `SELECT count(*) FROM ` + t.Quoted + ` WHERE processed_at < now() - $1::bigint * interval '1 microsecond'`
 }
 
-func (postgres) Age(olderThan time.Duration) any { return olderThan.Microseconds() }
+func (Postgres) Age(olderThan time.Duration) any { return olderThan.Microseconds() }
 
 // CleanupLock is a transaction-level advisory lock keyed by the table's OID, so that "inbox"
 // and "public.inbox" share one lock (regclass parses the quoted name: the lock follows the
 // table, not its spelling); the first int4 ("winb") keeps it apart from other advisory locks.
 // A session lock would stay on the server connection that took it when a pooler in
 // transaction mode runs the unlock on another.
-func (postgres) CleanupLock(t Table) (take, release string, key any) {
+func (Postgres) CleanupLock(t Table) (take, release string, key any) {
 	return `SELECT pg_try_advisory_xact_lock(2003398242, $1::text::regclass::oid::int)::int`, "", t.Quoted
 }
 
-func (postgres) TableSize(t Table) []SizeQuery {
+func (Postgres) TableSize(t Table) []SizeQuery {
 	return []SizeQuery{{SQL: `SELECT pg_total_relation_size($1::text::regclass)`, Args: []any{t.Quoted}, Note: "pg_total_relation_size"}}
 }
 
-func (postgres) MultiStatement() *MultiStatementSQL { return nil }
+func (Postgres) MultiStatement() *MultiStatementSQL { return nil }

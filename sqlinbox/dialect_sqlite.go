@@ -7,28 +7,26 @@ import (
 	"time"
 )
 
-// SQLite returns the dialect of SQLite 3.24 or later, through modernc.org/sqlite or
+// SQLite is the dialect of SQLite 3.24 or later, through modernc.org/sqlite or
 // github.com/mattn/go-sqlite3. Open the database with a busy timeout (modernc.org/sqlite:
 // _pragma=busy_timeout(10000)) so concurrent writers wait for each other instead of failing
 // with SQLITE_BUSY. The claim is the transaction's first statement, so it takes the write
 // lock at once; a duplicate fails it with SQLITE_CONSTRAINT_PRIMARYKEY, which ends the
 // statement but not the transaction.
-func SQLite() Dialect { return sqlite{} }
+type SQLite struct{}
 
-type sqlite struct{}
-
-func (sqlite) dialect() {}
+func (SQLite) dialect() {}
 
 // RequestLimit: no limit near a record the middleware accepts (SQLITE_MAX_LENGTH, 1 GB).
-func (sqlite) RequestLimit() string { return "" }
+func (SQLite) RequestLimit() string { return "" }
 
-func (sqlite) Name() string { return "sqlite" }
+func (SQLite) Name() string { return "sqlite" }
 
 // ParseTable accepts no schema: in [SQLite] another schema is an attached database, which every
 // connection of the store's pool, and of a migration tool, would have to ATTACH itself, or
 // the table is not found; and main.inbox is inbox under a second name, which the team's
 // migrations, its stores and the command-line tool would each have to spell one way.
-func (sqlite) ParseTable(name string) (Table, error) {
+func (SQLite) ParseTable(name string) (Table, error) {
 	t, err := parseQualified(name, doubleQuote)
 	if err != nil {
 		return Table{}, err
@@ -43,7 +41,7 @@ func (sqlite) ParseTable(name string) (Table, error) {
 	return t, nil
 }
 
-func (sqlite) CreateTable(t Table) []string {
+func (SQLite) CreateTable(t Table) []string {
 	index := doubleQuote(indexName(t.Name))
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + t.Quoted + ` (
@@ -59,9 +57,9 @@ func (sqlite) CreateTable(t Table) []string {
 }
 
 // SchemaLock: [SQLite]'s single writer runs one CREATE at a time.
-func (sqlite) SchemaLock() string { return "" }
+func (SQLite) SchemaLock() string { return "" }
 
-func (sqlite) DescribeTable(t Table) (string, []any) {
+func (SQLite) DescribeTable(t Table) (string, []any) {
 	schema := t.Schema
 	if schema == "" {
 		schema = "main"
@@ -69,13 +67,13 @@ func (sqlite) DescribeTable(t Table) (string, []any) {
 	return sqliteDescribe, []any{t.Name, schema}
 }
 
-func (sqlite) ColumnTypes() (key, binary, temporal string) {
+func (SQLite) ColumnTypes() (key, binary, temporal string) {
 	return "TEXT or BLOB with the BINARY collation (no COLLATE NOCASE or RTRIM)", "BLOB", "TEXT"
 }
 
 // RetentionIndex counts the indexes of the table (name ?1 in schema ?2) whose first column
 // is processed_at.
-func (sqlite) RetentionIndex(t Table) (string, []any) {
+func (SQLite) RetentionIndex(t Table) (string, []any) {
 	schema := t.Schema
 	if schema == "" {
 		schema = "main"
@@ -85,7 +83,7 @@ WHERE (SELECT ii.name FROM pragma_index_info(il.name, ?2) ii WHERE ii.seqno = 0)
 }
 
 // UpgradeTable: the table has not changed.
-func (sqlite) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
+func (SQLite) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
 
 // sqliteDescribe describes the table (name ?1 in schema ?2) for the table check. A key
 // column's collation is the primary key index's. Exact: TEXT or BLOB affinity (an INTEGER or
@@ -118,37 +116,37 @@ SELECT x.name,
 FROM x LEFT JOIN k ON k.name = x.name
 ORDER BY x.cid`
 
-func (sqlite) InsertClaim(t Table) string {
+func (SQLite) InsertClaim(t Table) string {
 	return `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash) VALUES (?, ?, ?)`
 }
 
 // InsertClaimOrSkip: none; a duplicate's constraint error leaves the transaction usable.
-func (sqlite) InsertClaimOrSkip(Table) string { return "" }
+func (SQLite) InsertClaimOrSkip(Table) string { return "" }
 
-func (sqlite) SelectClaim(t Table) string {
+func (SQLite) SelectClaim(t Table) string {
 	return `SELECT payload_hash, produced FROM ` + t.Quoted + ` WHERE consumer = ? AND message_id = ?`
 }
 
-func (sqlite) UpdateProduced(t Table) string {
+func (SQLite) UpdateProduced(t Table) string {
 	return `UPDATE ` + t.Quoted + ` SET produced = ? WHERE consumer = ? AND message_id = ?`
 }
 
 // Param: [SQLite]'s drivers bind every parameter apart from the text.
-func (sqlite) Param(value any) any { return value }
+func (SQLite) Param(value any) any { return value }
 
 // sqliteConstraintPrimaryKey is SQLITE_CONSTRAINT_PRIMARYKEY, the extended result code of a
 // primary key violation (a UNIQUE index gives SQLITE_CONSTRAINT_UNIQUE, 2067).
 const sqliteConstraintPrimaryKey = 1555
 
 // IsDuplicateKey recognises SQLITE_CONSTRAINT_PRIMARYKEY.
-func (sqlite) IsDuplicateKey(err error, _ Table) bool {
+func (SQLite) IsDuplicateKey(err error, _ Table) bool {
 	code, ok := sqliteCode(err)
 	return ok && code == sqliteConstraintPrimaryKey
 }
 
 // IsTransient: SQLITE_BUSY (a busy timeout that ran out) and SQLITE_LOCKED, the database's
 // own answer to two writers at once.
-func (sqlite) IsTransient(err error) bool {
+func (SQLite) IsTransient(err error) bool {
 	code, ok := sqliteCode(err)
 	if !ok {
 		return false
@@ -176,34 +174,34 @@ func sqliteCode(err error) (int, bool) {
 	return 0, false
 }
 
-func (sqlite) Begin() string { return "BEGIN" }
+func (SQLite) Begin() string { return "BEGIN" }
 
 // LockTimeout: a pragma takes no parameters; the value is a number formatted here.
-func (sqlite) LockTimeout(timeout time.Duration) (string, []any) {
+func (SQLite) LockTimeout(timeout time.Duration) (string, []any) {
 	return "PRAGMA busy_timeout = " + strconv.FormatInt(max(timeout.Milliseconds(), 1), 10), nil
 }
 
 // DeleteExpired deletes by primary key: the table is WITHOUT ROWID.
-func (sqlite) DeleteExpired(t Table) string {
+func (SQLite) DeleteExpired(t Table) string {
 	return render(`DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`, t)
 }
 
-func (sqlite) CountExpired(t Table) string {
+func (SQLite) CountExpired(t Table) string {
 	return `SELECT COUNT(*) FROM ` + t.Quoted + ` WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?)`
 }
 
 // Age is a date modifier such as "-3600.000000 seconds".
-func (sqlite) Age(olderThan time.Duration) any {
+func (SQLite) Age(olderThan time.Duration) any {
 	micros := olderThan.Microseconds()
 	return fmt.Sprintf("-%d.%06d seconds", micros/1e6, micros%1e6)
 }
 
 // CleanupLock: none. [SQLite]'s single writer runs one batch at a time.
-func (sqlite) CleanupLock(Table) (take, release string, key any) { return "", "", nil }
+func (SQLite) CleanupLock(Table) (take, release string, key any) { return "", "", nil }
 
 // TableSize: dbstat counts the pages of the table and its index; without it (a build without
 // SQLITE_ENABLE_DBSTAT_VTAB, or another schema than main), the file's size.
-func (sqlite) TableSize(t Table) []SizeQuery {
+func (SQLite) TableSize(t Table) []SizeQuery {
 	var sizes []SizeQuery
 	if t.Schema == "" || t.Schema == "main" {
 		sizes = append(sizes, SizeQuery{SQL: "SELECT SUM(pgsize) FROM dbstat WHERE name IN (?, ?)",
@@ -213,4 +211,4 @@ func (sqlite) TableSize(t Table) []SizeQuery {
 		Note: "the whole database file: page_count * page_size"})
 }
 
-func (sqlite) MultiStatement() *MultiStatementSQL { return nil }
+func (SQLite) MultiStatement() *MultiStatementSQL { return nil }

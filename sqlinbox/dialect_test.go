@@ -38,12 +38,12 @@ func TestSchemaSQL(t *testing.T) {
 		wantPrefix string
 		wantParts  []string
 	}{
-		{sqlinbox.Postgres(), "billing.inbox", `DO $$ BEGIN`,
+		{sqlinbox.Postgres{}, "billing.inbox", `DO $$ BEGIN`,
 			[]string{`CREATE SCHEMA "billing";`, `CREATE TABLE IF NOT EXISTS "billing"."inbox" (`, `message_id   varchar(255) COLLATE "C" NOT NULL`,
 				"PRIMARY KEY (consumer, message_id)", `CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "billing"."inbox" (processed_at)`}},
-		{sqlinbox.MySQL(), "inbox", "CREATE TABLE IF NOT EXISTS `inbox` (",
+		{sqlinbox.MySQL{}, "inbox", "CREATE TABLE IF NOT EXISTS `inbox` (",
 			[]string{"message_id   VARBINARY(255) NOT NULL", "PRIMARY KEY (consumer, message_id)", "INDEX processed_at (processed_at)", "ENGINE=InnoDB"}},
-		{sqlinbox.SQLite(), "inbox", `CREATE TABLE IF NOT EXISTS "inbox" (`,
+		{sqlinbox.SQLite{}, "inbox", `CREATE TABLE IF NOT EXISTS "inbox" (`,
 			[]string{"strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", "PRIMARY KEY (consumer, message_id)", "WITHOUT ROWID",
 				`CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "inbox" (processed_at)`}},
 	}
@@ -69,26 +69,26 @@ func TestSchemaSQL(t *testing.T) {
 	if _, err := sqlinbox.SchemaSQL(nil, "inbox"); err == nil {
 		t.Error("no dialect: no error")
 	}
-	if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres(), "inbox; DROP TABLE x"); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
+	if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres{}, "inbox; DROP TABLE x"); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
 		t.Errorf("bad table: err = %v, want ErrInvalidTableName", err)
 	}
 }
 
 func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 	for _, table := range []string{"inbox; DROP TABLE users", `x" OR "1"="1`, "a.b.c", "1x"} {
-		if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres(), table); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
+		if _, err := sqlinbox.SchemaSQL(sqlinbox.Postgres{}, table); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
 			t.Errorf("SchemaSQL(%q): err = %v, want ErrInvalidTableName", table, err)
 		}
 	}
 	// SQLite has no schemas: another than main would be an attached database, which neither
 	// a migration tool nor the store's connections attach.
 	for _, table := range []string{"app.billing_inbox", "temp.inbox"} {
-		_, err := sqlinbox.NewDB(new(sql.DB), sqlinbox.SQLite(), sqlinbox.Config{Table: table})
+		_, err := sqlinbox.NewDB(new(sql.DB), sqlinbox.SQLite{}, sqlinbox.Config{Table: table})
 		if !errors.Is(err, sqlinbox.ErrInvalidTableName) || !strings.Contains(err.Error(), "SQLite has no schemas") {
 			t.Errorf("NewDB(SQLite, %q): err = %v, want ErrInvalidTableName saying SQLite has no schemas", table, err)
 		}
 	}
-	if _, err := sqlinbox.NewDB(nil, sqlinbox.SQLite(), sqlinbox.Config{}); err == nil {
+	if _, err := sqlinbox.NewDB(nil, sqlinbox.SQLite{}, sqlinbox.Config{}); err == nil {
 		t.Error("NewDB with a nil db accepted")
 	}
 	if _, err := sqlinbox.NewPgx(nil, sqlinbox.Config{}); err == nil {
@@ -97,22 +97,22 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 	if _, err := sqlinbox.NewDB(new(sql.DB), nil, sqlinbox.Config{}); err == nil {
 		t.Error("nil Dialect accepted")
 	}
-	if _, err := sqlinbox.NewDB(new(sql.DB), noInsert{sqlinbox.SQLite()}, sqlinbox.Config{}); err == nil ||
+	if _, err := sqlinbox.NewDB(new(sql.DB), noInsert{}, sqlinbox.Config{}); err == nil ||
 		!strings.Contains(err.Error(), "InsertClaim") {
 		t.Errorf("dialect without InsertClaim: err = %v, want one naming InsertClaim", err)
 	}
 
 	// NewMultiStatement needs a connector and a dialect with MultiStatement SQL, and takes
 	// no Config.Begin.
-	if _, _, err := sqlinbox.NewMultiStatement(nil, sqlinbox.MySQL(), sqlinbox.Config{}); err == nil {
+	if _, _, err := sqlinbox.NewMultiStatement(nil, sqlinbox.MySQL{}, sqlinbox.Config{}); err == nil {
 		t.Error("NewMultiStatement with a nil connector accepted")
 	}
-	if _, _, err := sqlinbox.NewMultiStatement(neverConnector{}, sqlinbox.SQLite(), sqlinbox.Config{}); err == nil ||
+	if _, _, err := sqlinbox.NewMultiStatement(neverConnector{}, sqlinbox.SQLite{}, sqlinbox.Config{}); err == nil ||
 		!strings.Contains(err.Error(), "MultiStatement") {
 		t.Errorf("NewMultiStatement(SQLite): err = %v, want one naming MultiStatement", err)
 	}
 	begin := sqlinbox.Config{Begin: func(context.Context, *sql.TxOptions) (any, *sql.Tx, error) { return nil, nil, nil }}
-	if _, _, err := sqlinbox.NewMultiStatement(neverConnector{}, sqlinbox.MySQL(), begin); err == nil ||
+	if _, _, err := sqlinbox.NewMultiStatement(neverConnector{}, sqlinbox.MySQL{}, begin); err == nil ||
 		!strings.Contains(err.Error(), "Config.Begin") {
 		t.Errorf("NewMultiStatement with Config.Begin: err = %v, want one naming Config.Begin", err)
 	}
@@ -124,7 +124,7 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 	if _, err := sqlinbox.NewPgx(pool, begin); err == nil || !strings.Contains(err.Error(), "Config.Begin") {
 		t.Errorf("NewPgx with Config.Begin: err = %v, want one naming Config.Begin", err)
 	}
-	store, db, err := sqlinbox.NewMultiStatement(neverConnector{}, sqlinbox.MySQL(), sqlinbox.Config{})
+	store, db, err := sqlinbox.NewMultiStatement(neverConnector{}, sqlinbox.MySQL{}, sqlinbox.Config{})
 	if err != nil || store == nil || db == nil {
 		t.Fatalf("NewMultiStatement(MySQL): %v", err)
 	}
@@ -132,7 +132,7 @@ func TestConstructorsRejectBadTablesAndDialects(t *testing.T) {
 }
 
 // noInsert is SQLite without a claim statement.
-type noInsert struct{ sqlinbox.Dialect }
+type noInsert struct{ sqlinbox.SQLite }
 
 func (noInsert) InsertClaim(sqlinbox.Table) string { return "" }
 
@@ -150,9 +150,9 @@ func TestParseTable(t *testing.T) {
 		dialect     sqlinbox.Dialect
 		table, want string
 	}{
-		{sqlinbox.Postgres(), "billing.Inbox", `"billing"."Inbox"`},
-		{sqlinbox.MySQL(), "test.inbox", "`test`.`inbox`"},
-		{sqlinbox.SQLite(), "inbox", `"inbox"`},
+		{sqlinbox.Postgres{}, "billing.Inbox", `"billing"."Inbox"`},
+		{sqlinbox.MySQL{}, "test.inbox", "`test`.`inbox`"},
+		{sqlinbox.SQLite{}, "inbox", `"inbox"`},
 	} {
 		got, err := tt.dialect.ParseTable(tt.table)
 		if err != nil || got.Quoted != tt.want {

@@ -3,7 +3,7 @@
 // only duplicate check. Build one and hand it to inbox.NewMiddleware:
 //
 //	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{})                 // PostgreSQL, pgx: handlers get a pgx.Tx
-//	store, err := sqlinbox.NewDB(db, sqlinbox.MySQL(), sqlinbox.Config{}) // database/sql: handlers get a *sql.Tx
+//	store, err := sqlinbox.NewDB(db, sqlinbox.MySQL{}, sqlinbox.Config{}) // database/sql: handlers get a *sql.Tx
 //	err = store.InitializeSchema(ctx)                                      // CREATE TABLE IF NOT EXISTS inbox ...
 //
 // Each message's claim, the handler's writes and COMMIT then run in one transaction of the

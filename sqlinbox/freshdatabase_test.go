@@ -17,7 +17,7 @@ import (
 // migrations and the CLI's commands.
 func TestSQLiteRefusesEveryQualifiedName(t *testing.T) {
 	for _, name := range []string{"main.inbox", "temp.inbox", "app.billing_inbox"} {
-		if _, err := sqlinbox.SQLite().ParseTable(name); !errors.Is(err, sqlinbox.ErrInvalidTableName) || !strings.Contains(err.Error(), "SQLite has no schemas") {
+		if _, err := (sqlinbox.SQLite{}).ParseTable(name); !errors.Is(err, sqlinbox.ErrInvalidTableName) || !strings.Contains(err.Error(), "SQLite has no schemas") {
 			t.Errorf("ParseTable(%q) = %v, want ErrInvalidTableName: SQLite has no schemas", name, err)
 		}
 	}
@@ -41,7 +41,7 @@ func indexOf(t *testing.T, dialect sqlinbox.Dialect, table string) string {
 // the table and creates nothing), at most 63 bytes, the same as before for a name that fits
 // with its suffix, and apart for two long names that share the first 50 bytes.
 func TestIndexNameIsNeverTheTables(t *testing.T) {
-	for _, dialect := range []sqlinbox.Dialect{sqlinbox.Postgres(), sqlinbox.SQLite()} {
+	for _, dialect := range []sqlinbox.Dialect{sqlinbox.Postgres{}, sqlinbox.SQLite{}} {
 		seen := map[string]string{}
 		for n := 1; n <= 63; n++ {
 			for _, last := range []string{"a", "b"} {
@@ -66,7 +66,7 @@ func TestIndexNameIsNeverTheTables(t *testing.T) {
 func TestMigrationNamesDifferPerTable(t *testing.T) {
 	names := map[string]string{}
 	for _, table := range []string{"app.billing_inbox", "app_billing.inbox", "app_billing_inbox"} {
-		fsys, err := sqlinbox.MigrationFiles(sqlinbox.Postgres(), table, sqlinbox.FormatGoose, "1")
+		fsys, err := sqlinbox.MigrationFiles(sqlinbox.Postgres{}, table, sqlinbox.FormatGoose, "1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,8 +86,8 @@ func TestQualifiedTableCreatesItsSchema(t *testing.T) {
 		dialect sqlinbox.Dialect
 		schema  string
 	}{
-		{sqlinbox.Postgres(), `CREATE SCHEMA "app"`},
-		{sqlinbox.MySQL(), "CREATE DATABASE IF NOT EXISTS `app`"},
+		{sqlinbox.Postgres{}, `CREATE SCHEMA "app"`},
+		{sqlinbox.MySQL{}, "CREATE DATABASE IF NOT EXISTS `app`"},
 	} {
 		fsys, err := sqlinbox.MigrationFiles(tt.dialect, "app.billing_inbox", sqlinbox.FormatGolangMigrate, "1")
 		if err != nil {

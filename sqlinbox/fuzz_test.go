@@ -44,8 +44,8 @@ func FuzzTableNameIsOnlyIdentifiers(f *testing.F) {
 			schemas      bool
 			createSchema string
 		}{
-			{sqlinbox.Postgres(), `"`, true, "DO $$ BEGIN\n\tIF to_regnamespace('"}, {sqlinbox.SQLite(), `"`, false, ""},
-			{sqlinbox.MySQL(), "`", true, "CREATE DATABASE IF NOT EXISTS "},
+			{sqlinbox.Postgres{}, `"`, true, "DO $$ BEGIN\n\tIF to_regnamespace('"}, {sqlinbox.SQLite{}, `"`, false, ""},
+			{sqlinbox.MySQL{}, "`", true, "CREATE DATABASE IF NOT EXISTS "},
 		} {
 			err := err
 			if _, _, qualified := strings.Cut(name, "."); err == nil && qualified && !d.schemas {

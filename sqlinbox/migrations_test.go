@@ -38,9 +38,9 @@ func TestMigrationFiles(t *testing.T) {
 		table   string
 		drop    string
 	}{
-		{sqlinbox.Postgres(), "app.billing_inbox", `DROP TABLE IF EXISTS "app"."billing_inbox";` + "\n"},
-		{sqlinbox.MySQL(), "test.billing_inbox", "DROP TABLE IF EXISTS `test`.`billing_inbox`;\n"},
-		{sqlinbox.SQLite(), "billing_inbox", `DROP TABLE IF EXISTS "billing_inbox";` + "\n"},
+		{sqlinbox.Postgres{}, "app.billing_inbox", `DROP TABLE IF EXISTS "app"."billing_inbox";` + "\n"},
+		{sqlinbox.MySQL{}, "test.billing_inbox", "DROP TABLE IF EXISTS `test`.`billing_inbox`;\n"},
+		{sqlinbox.SQLite{}, "billing_inbox", `DROP TABLE IF EXISTS "billing_inbox";` + "\n"},
 	} {
 		t.Run(tt.dialect.Name(), func(t *testing.T) {
 			up, err := sqlinbox.SchemaSQL(tt.dialect, tt.table)
@@ -92,7 +92,7 @@ func TestMigrationFiles(t *testing.T) {
 // goose ends a statement at a line that ends with ";": a statement holding one of its own
 // goes between StatementBegin and StatementEnd, the others do not.
 func TestMigrationFilesGooseStatementBlocks(t *testing.T) {
-	fsys, err := sqlinbox.MigrationFiles(withFunction{sqlinbox.Postgres()}, "inbox", sqlinbox.FormatGoose, "1")
+	fsys, err := sqlinbox.MigrationFiles(withFunction{}, "inbox", sqlinbox.FormatGoose, "1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ DROP TABLE IF EXISTS "inbox";
 }
 
 // withFunction is PostgreSQL whose table comes with a function holding a ";".
-type withFunction struct{ sqlinbox.Dialect }
+type withFunction struct{ sqlinbox.Postgres }
 
 func (withFunction) CreateTable(t sqlinbox.Table) []string {
 	return []string{"CREATE TABLE " + t.Quoted + " (consumer text)",
@@ -122,7 +122,7 @@ func (withFunction) CreateTable(t sqlinbox.Table) []string {
 // them; a bad version, format or table is an error, and so is a schema on SQLite.
 func TestMigrationFilesVersionAndBadInput(t *testing.T) {
 	before := time.Now().UTC().Truncate(time.Second)
-	fsys, err := sqlinbox.MigrationFiles(sqlinbox.Postgres(), "inbox", sqlinbox.FormatGolangMigrate, "")
+	fsys, err := sqlinbox.MigrationFiles(sqlinbox.Postgres{}, "inbox", sqlinbox.FormatGolangMigrate, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,12 +139,12 @@ func TestMigrationFilesVersionAndBadInput(t *testing.T) {
 	}
 
 	for _, version := range []string{"0", "000", "-1", "+5", "1e3", "v1", "12 ", "12345678901234567890"} {
-		if _, err := sqlinbox.MigrationFiles(sqlinbox.Postgres(), "inbox", sqlinbox.FormatGoose, version); err == nil ||
+		if _, err := sqlinbox.MigrationFiles(sqlinbox.Postgres{}, "inbox", sqlinbox.FormatGoose, version); err == nil ||
 			!strings.Contains(err.Error(), "migration version") {
 			t.Errorf("version %q: err = %v, want one about the version", version, err)
 		}
 	}
-	if _, err := sqlinbox.MigrationFiles(sqlinbox.Postgres(), "inbox", "flyway", "1"); err == nil ||
+	if _, err := sqlinbox.MigrationFiles(sqlinbox.Postgres{}, "inbox", "flyway", "1"); err == nil ||
 		!strings.Contains(err.Error(), `unknown migration format "flyway"`) {
 		t.Errorf("unknown format: err = %v", err)
 	}
@@ -152,9 +152,9 @@ func TestMigrationFilesVersionAndBadInput(t *testing.T) {
 		dialect sqlinbox.Dialect
 		table   string
 	}{
-		{sqlinbox.Postgres(), "inbox; DROP TABLE users"},
-		{sqlinbox.MySQL(), "a.b.c"},
-		{sqlinbox.SQLite(), "app.billing_inbox"},
+		{sqlinbox.Postgres{}, "inbox; DROP TABLE users"},
+		{sqlinbox.MySQL{}, "a.b.c"},
+		{sqlinbox.SQLite{}, "app.billing_inbox"},
 	} {
 		if _, err := sqlinbox.MigrationFiles(tt.dialect, tt.table, sqlinbox.FormatGoose, "1"); !errors.Is(err, sqlinbox.ErrInvalidTableName) {
 			t.Errorf("%s table %q: err = %v, want ErrInvalidTableName", tt.dialect.Name(), tt.table, err)
@@ -165,7 +165,7 @@ func TestMigrationFilesVersionAndBadInput(t *testing.T) {
 // The upgrade is laid out as the first migration is, named after the table and the upgrade;
 // a dialect whose table has not changed has none.
 func TestUpgradeFiles(t *testing.T) {
-	fsys, err := sqlinbox.UpgradeFiles(sqlinbox.MySQL(), "inbox", sqlinbox.FormatGolangMigrate, "00043")
+	fsys, err := sqlinbox.UpgradeFiles(sqlinbox.MySQL{}, "inbox", sqlinbox.FormatGolangMigrate, "00043")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestUpgradeFiles(t *testing.T) {
 		!strings.Contains(up, "SET DEFAULT (UTC_TIMESTAMP(6))") || !strings.Contains(down, "SET DEFAULT CURRENT_TIMESTAMP(6)") {
 		t.Errorf("upgrade files: %v", files)
 	}
-	for _, dialect := range []sqlinbox.Dialect{sqlinbox.Postgres(), sqlinbox.SQLite()} {
+	for _, dialect := range []sqlinbox.Dialect{sqlinbox.Postgres{}, sqlinbox.SQLite{}} {
 		if _, err := sqlinbox.UpgradeFiles(dialect, "inbox", sqlinbox.FormatGoose, "1"); err == nil || !strings.Contains(err.Error(), "there is no upgrade") {
 			t.Errorf("%s: err = %v, want no upgrade", dialect.Name(), err)
 		}

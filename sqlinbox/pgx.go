@@ -41,7 +41,7 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*Store, error) {
 		return nil, errors.New("sqlinbox: NewPgx: Config.Begin is for stores made by NewDB; handlers of a pgx store get the pgx.Tx")
 	}
 	p := &pgxPool{pgxQuerier: pgxQuerier{pool}, pool: pool}
-	s, err := newStore(p, Postgres(), config)
+	s, err := newStore(p, Postgres{}, config)
 	if err != nil {
 		return nil, err
 	}

@@ -13,15 +13,15 @@ func TestStatements(t *testing.T) {
 		insert, cleanup       string
 		cleanupArgs, lockArgs []any
 	}{
-		{Postgres(), "inbox",
+		{Postgres{}, "inbox",
 			`INSERT INTO "inbox" (consumer, message_id, payload_hash) VALUES ($1, $2, $3)`,
 			`DELETE FROM "inbox" WHERE ctid = ANY(ARRAY(SELECT ctid FROM "inbox" WHERE processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2))`,
 			[]any{int64(90 * 60 * 1e6), 100}, []any{"1500ms"}},
-		{MySQL(), "test.inbox",
+		{MySQL{}, "test.inbox",
 			"INSERT INTO `test`.`inbox` (consumer, message_id, payload_hash) VALUES (UNHEX(IF(@@character_set_client IN ('big5', 'cp932', 'gb18030', 'gbk', 'sjis'), NULL, ?)), UNHEX(?), UNHEX(?))",
 			"DELETE FROM `test`.`inbox` WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?",
 			[]any{int64(90 * 60 * 1e6), 100}, []any{int64(2)}},
-		{SQLite(), "inbox",
+		{SQLite{}, "inbox",
 			`INSERT INTO "inbox" (consumer, message_id, payload_hash) VALUES (?, ?, ?)`,
 			`DELETE FROM "inbox" WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM "inbox" WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) ORDER BY processed_at LIMIT ?)`,
 			[]any{"-5400.000000 seconds", 100}, nil},

@@ -21,7 +21,7 @@ func goodColumns() []column {
 }
 
 func TestJudgeTable(t *testing.T) {
-	table, err := Postgres().ParseTable("billing.inbox")
+	table, err := (Postgres{}).ParseTable("billing.inbox")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestJudgeTable(t *testing.T) {
 		}), "column tenant is NOT NULL without a default"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := judgeTable(Postgres(), table, tt.columns)
+			err := judgeTable(Postgres{}, table, tt.columns)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Errorf("refused: %v", err)

@@ -14,7 +14,7 @@ import (
 var ErrInvalidTableName = errors.New("sqlinbox: invalid table name")
 
 // errNoDialect is the error for a nil [Dialect].
-var errNoDialect = errors.New("sqlinbox: no dialect: use sqlinbox.Postgres(), sqlinbox.MySQL() or sqlinbox.SQLite()")
+var errNoDialect = errors.New("sqlinbox: no dialect: use sqlinbox.Postgres{}, sqlinbox.MySQL{} or sqlinbox.SQLite{}")
 
 // maxIdentifierLength is PostgreSQL's limit ([MySQL] allows 64, [SQLite] more).
 const maxIdentifierLength = 63

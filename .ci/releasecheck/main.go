@@ -408,7 +408,7 @@ func main() {
 	if _, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil); err != nil {
 		log.Fatal(err)
 	}
-	ddl, err := sqlinbox.SchemaSQL(sqlinbox.Postgres(), "billing.inbox")
+	ddl, err := sqlinbox.SchemaSQL(sqlinbox.Postgres{}, "billing.inbox")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -27,8 +27,8 @@ type database struct {
 }
 
 var databases = []database{
-	{"PostgreSQL", "pgx", dialect.Postgres, testenv.PostgresURL, sqlinbox.Postgres(), "INSERT INTO %s (order_id) VALUES ($1)"},
-	{"MariaDB", "mysql", dialect.MySQL, testenv.MySQLDSN, sqlinbox.MySQL(), "INSERT INTO %s (order_id) VALUES (?)"},
+	{"PostgreSQL", "pgx", dialect.Postgres, testenv.PostgresURL, sqlinbox.Postgres{}, "INSERT INTO %s (order_id) VALUES ($1)"},
+	{"MariaDB", "mysql", dialect.MySQL, testenv.MySQLDSN, sqlinbox.MySQL{}, "INSERT INTO %s (order_id) VALUES (?)"},
 }
 
 type fixture struct {

@@ -43,9 +43,9 @@ type database struct {
 }
 
 var databases = []database{
-	{"PostgreSQL", func(t *testing.T) *sql.DB { return open(t, "pgx", testenv.PostgresURL(t)) }, sqlinbox.Postgres(),
+	{"PostgreSQL", func(t *testing.T) *sql.DB { return open(t, "pgx", testenv.PostgresURL(t)) }, sqlinbox.Postgres{},
 		func(db *sql.DB) gorm.Dialector { return postgres.New(postgres.Config{Conn: db}) }},
-	{"MariaDB", func(t *testing.T) *sql.DB { return open(t, "mysql", testenv.MySQLDSN(t)) }, sqlinbox.MySQL(),
+	{"MariaDB", func(t *testing.T) *sql.DB { return open(t, "mysql", testenv.MySQLDSN(t)) }, sqlinbox.MySQL{},
 		func(db *sql.DB) gorm.Dialector {
 			return mysql.New(mysql.Config{Conn: db, SkipInitializeWithVersion: true})
 		}},

@@ -61,7 +61,7 @@ func run(ctx context.Context, dir, listen string, orders int) error {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(4)
-	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite(), sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite{}, sqlinbox.Config{})
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func openOrders(t *testing.T) (*sql.DB, *sqlinbox.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite(), sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite{}, sqlinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ const (
 // The committed migration is the library's: what "watermill-inbox schema -format
 // golang-migrate" writes today, byte for byte.
 func TestMigrationIsTheLibrarys(t *testing.T) {
-	fsys, err := sqlinbox.MigrationFiles(sqlinbox.Postgres(), inboxTable, sqlinbox.FormatGolangMigrate, inboxVersion)
+	fsys, err := sqlinbox.MigrationFiles(sqlinbox.Postgres{}, inboxTable, sqlinbox.FormatGolangMigrate, inboxVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

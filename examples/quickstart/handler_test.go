@@ -40,7 +40,7 @@ func TestHandleOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite(), sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite{}, sqlinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

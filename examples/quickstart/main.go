@@ -52,7 +52,7 @@ func run(ctx context.Context, dir string, orders int, out io.Writer) (result, er
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(4)
-	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite(), sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(db, sqlinbox.SQLite{}, sqlinbox.Config{})
 	if err != nil {
 		return result{}, err
 	}

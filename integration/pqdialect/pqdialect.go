@@ -4,7 +4,7 @@
 // out every method, with SQL of its own, and embeds a nil sqlinbox.Dialect only for the
 // interface's unexported method: a method it did not write would panic, so that its tests
 // passing shows a dialect needs nothing the library keeps to itself. (A team's own dialect
-// embeds sqlinbox.Postgres() instead and overrides what differs.)
+// embeds sqlinbox.Postgres instead and overrides what differs.)
 //
 // Its tests run the store conformance suite, the table check, retention, the command-line
 // tool's schema, check and stats, and the handler kit on it, against the real PostgreSQL.

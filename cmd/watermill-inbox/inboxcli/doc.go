@@ -5,14 +5,14 @@
 // library, without changing the command:
 //
 //	// yugabyte speaks PostgreSQL's SQL under a name of its own.
-//	type yugabyte struct{ sqlinbox.Dialect }
+//	type yugabyte struct{ sqlinbox.Postgres }
 //
 //	func (yugabyte) Name() string { return "yugabyte" }
 //
 //	func main() {
 //		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 //		yb := inboxcli.Dialect{
-//			Dialect: yugabyte{sqlinbox.Postgres()},
+//			Dialect: yugabyte{},
 //			Names:   []string{"yugabyte"},
 //			Open:    func(dsn string, _ bool) (*sql.DB, error) { return sql.Open("pgx", strings.Replace(dsn, "yugabyte://", "postgres://", 1)) },
 //		}

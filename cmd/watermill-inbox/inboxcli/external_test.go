@@ -17,13 +17,13 @@ import (
 
 // cockroachish is a dialect written outside the library and outside the command: PostgreSQL's
 // SQL under a name of its own, reached by a DSN scheme of its own.
-type cockroachish struct{ sqlinbox.Dialect }
+type cockroachish struct{ sqlinbox.Postgres }
 
 func (cockroachish) Name() string { return "cockroachish" }
 
 func cockroachishCLI() inboxcli.Dialect {
 	return inboxcli.Dialect{
-		Dialect: cockroachish{sqlinbox.Postgres()},
+		Dialect: cockroachish{},
 		Names:   []string{"crdb"},
 		Open: func(dsn string, _ bool) (*sql.DB, error) {
 			return sql.Open("pgx", strings.Replace(dsn, "crdb://", "postgres://", 1)+"&default_query_exec_mode=exec")
@@ -62,7 +62,7 @@ func TestADialectFromOutsideRunsTheCommands(t *testing.T) {
 	})
 
 	code, stdout, stderr := runWith(t, "schema", "-dialect", "cockroachish", "-table", table)
-	want, err := sqlinbox.SchemaSQL(cockroachish{sqlinbox.Postgres()}, table)
+	want, err := sqlinbox.SchemaSQL(cockroachish{}, table)
 	if err != nil || code != 0 || stdout != want {
 		t.Fatalf("schema -dialect cockroachish: exit %d, stdout %q, stderr %q; want the dialect's DDL %q (%v)", code, stdout, stderr, want, err)
 	}
@@ -111,8 +111,8 @@ func TestMainRefusesBadDialects(t *testing.T) {
 		want     string
 	}{
 		{"none", nil, "no dialect"},
-		{"no Open", []inboxcli.Dialect{{Dialect: sqlinbox.Postgres()}}, "Dialect and Open are required"},
-		{"a name twice", []inboxcli.Dialect{inboxcli.Postgres(), {Dialect: cockroachish{sqlinbox.Postgres()}, Names: []string{"postgresql"},
+		{"no Open", []inboxcli.Dialect{{Dialect: sqlinbox.Postgres{}}}, "Dialect and Open are required"},
+		{"a name twice", []inboxcli.Dialect{inboxcli.Postgres(), {Dialect: cockroachish{}, Names: []string{"postgresql"},
 			Open: func(string, bool) (*sql.DB, error) { return nil, nil }}}, `name "postgresql" is empty or another dialect's`},
 	} {
 		var stdout, stderr bytes.Buffer

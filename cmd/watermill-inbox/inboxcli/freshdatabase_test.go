@@ -101,15 +101,15 @@ func TestMigrateVerifiesTheRetentionIndex(t *testing.T) {
 
 			create := "CREATE TABLE " + bare + " (consumer VARCHAR(255) NOT NULL, message_id VARCHAR(255) NOT NULL, processed_at TEXT NOT NULL DEFAULT 'x', payload_hash BLOB, produced BLOB, PRIMARY KEY (consumer, message_id))"
 			switch dialect.Name() {
-			case sqlinbox.Postgres().Name():
+			case (sqlinbox.Postgres{}).Name():
 				create = "CREATE TABLE " + bare + ` (consumer varchar(255) COLLATE "C" NOT NULL, message_id varchar(255) COLLATE "C" NOT NULL, processed_at timestamptz NOT NULL DEFAULT now(), payload_hash bytea, produced bytea, PRIMARY KEY (consumer, message_id))`
-			case sqlinbox.MySQL().Name():
+			case (sqlinbox.MySQL{}).Name():
 				create = "CREATE TABLE " + bare + " (consumer VARBINARY(255) NOT NULL, message_id VARBINARY(255) NOT NULL, processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), payload_hash VARBINARY(64), produced LONGBLOB, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB"
 			}
 			if _, err := db.ExecContext(context.Background(), create); err != nil {
 				t.Fatal(err)
 			}
-			if dialect.Name() == sqlinbox.MySQL().Name() {
+			if dialect.Name() == (sqlinbox.MySQL{}).Name() {
 				// MySQL has no CREATE INDEX IF NOT EXISTS: migrate cannot add it, and says so.
 				wantError(t, []string{"migrate", "-dsn", d.dsn, "-table", bare}, exitFail, "has no index that starts with processed_at")
 			} else if code, stdout, _ := runCLI(t, "migrate", "-dsn", d.dsn, "-table", bare); code != exitOK || retentionIndexes(t, db, dialect, bare) != 1 {

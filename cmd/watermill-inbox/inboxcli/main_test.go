@@ -51,13 +51,13 @@ func TestSchemaPrintsTheLibrarysDDL(t *testing.T) {
 		dialect sqlinbox.Dialect
 		table   string
 	}{
-		{[]string{"-dialect", "postgres"}, sqlinbox.Postgres(), "inbox"},
-		{[]string{"-dialect", "mysql", "-table", "billing.inbox"}, sqlinbox.MySQL(), "billing.inbox"},
-		{[]string{"-dialect", "sqlite", "-table", "Inbox_2"}, sqlinbox.SQLite(), "Inbox_2"},
+		{[]string{"-dialect", "postgres"}, sqlinbox.Postgres{}, "inbox"},
+		{[]string{"-dialect", "mysql", "-table", "billing.inbox"}, sqlinbox.MySQL{}, "billing.inbox"},
+		{[]string{"-dialect", "sqlite", "-table", "Inbox_2"}, sqlinbox.SQLite{}, "Inbox_2"},
 		// The dialect from the DSN's scheme; schema does not connect.
-		{[]string{"-dsn", "postgresql://nobody@127.0.0.1:1/none"}, sqlinbox.Postgres(), "inbox"},
-		{[]string{"-dsn", "mysql://nobody@tcp(127.0.0.1:1)/none"}, sqlinbox.MySQL(), "inbox"},
-		{[]string{"-dsn", "file:/nonexistent/inbox.db"}, sqlinbox.SQLite(), "inbox"},
+		{[]string{"-dsn", "postgresql://nobody@127.0.0.1:1/none"}, sqlinbox.Postgres{}, "inbox"},
+		{[]string{"-dsn", "mysql://nobody@tcp(127.0.0.1:1)/none"}, sqlinbox.MySQL{}, "inbox"},
+		{[]string{"-dsn", "file:/nonexistent/inbox.db"}, sqlinbox.SQLite{}, "inbox"},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"schema"}, tt.args...)...)
 		want, err := sqlinbox.SchemaSQL(tt.dialect, tt.table)
@@ -73,7 +73,7 @@ func TestSchemaPrintsTheLibrarysDDL(t *testing.T) {
 func TestDSNFromTheEnvironment(t *testing.T) {
 	t.Setenv(dsnVar, "mysql://nobody@tcp(127.0.0.1:1)/none")
 	code, stdout, _ := runCLI(t, "schema")
-	if want, _ := sqlinbox.SchemaSQL(sqlinbox.MySQL(), "inbox"); code != 0 || stdout != want {
+	if want, _ := sqlinbox.SchemaSQL(sqlinbox.MySQL{}, "inbox"); code != 0 || stdout != want {
 		t.Errorf("schema with %s: exit %d, stdout %q", dsnVar, code, stdout)
 	}
 }
@@ -241,7 +241,7 @@ func insert(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, table, consumer 
 	var args []any
 	for i := range n {
 		p1, p2 := "?", "?"
-		if dialect.Name() == sqlinbox.Postgres().Name() {
+		if dialect.Name() == (sqlinbox.Postgres{}).Name() {
 			p1, p2 = fmt.Sprintf("$%d", 2*i+1), fmt.Sprintf("$%d", 2*i+2)
 		}
 		values = append(values, "("+p1+", "+p2+", "+age+")")
@@ -259,7 +259,7 @@ func insert(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, table, consumer 
 func qualifiedTable(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect) string {
 	t.Helper()
 	schema, drop := testenv.Name("app"), "DROP SCHEMA IF EXISTS %s CASCADE"
-	if dialect.Name() == sqlinbox.MySQL().Name() {
+	if dialect.Name() == (sqlinbox.MySQL{}).Name() {
 		drop = "DROP DATABASE IF EXISTS %s"
 	}
 	if _, err := db.ExecContext(context.Background(), "CREATE SCHEMA "+schema); err != nil {
@@ -290,7 +290,7 @@ func TestCommandsAgainstDatabases(t *testing.T) {
 func testCommandsAgainst(t *testing.T, d database, qualified bool) {
 	db, dialect := d.open(t)
 	table := testenv.Name("cli_inbox")
-	if qualified && dialect.Name() == sqlinbox.SQLite().Name() {
+	if qualified && dialect.Name() == (sqlinbox.SQLite{}).Name() {
 		for _, command := range [][]string{{"migrate"}, {"check"}, {"stats"}, {"cleanup", "-older-than", "1d"}, {"schema"}} {
 			wantError(t, append(command, "-dsn", d.dsn, "-table", "app.billing_inbox"), exitUsage, "SQLite has no schemas")
 		}

@@ -28,7 +28,7 @@ const execModeOption = "default_query_exec_mode"
 // statements once each, so the cache saves nothing.
 func Postgres() Dialect {
 	return Dialect{
-		Dialect: sqlinbox.Postgres(),
+		Dialect: sqlinbox.Postgres{},
 		Names:   []string{"postgres", "postgresql"},
 		Open: func(dsn string, _ bool) (*sql.DB, error) {
 			dsn = withExecMode(dsn)

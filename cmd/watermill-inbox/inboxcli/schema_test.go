@@ -68,17 +68,17 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 		table   string
 		names   map[sqlinbox.MigrationFormat][]string
 	}{
-		{sqlinbox.Postgres(), "app.billing_inbox", map[sqlinbox.MigrationFormat][]string{
+		{sqlinbox.Postgres{}, "app.billing_inbox", map[sqlinbox.MigrationFormat][]string{
 			sqlinbox.FormatGoose:         {"00042_create_app.billing_inbox.sql"},
 			sqlinbox.FormatGolangMigrate: {"00042_create_app.billing_inbox.down.sql", "00042_create_app.billing_inbox.up.sql"},
 			sqlinbox.FormatSQL:           {"00042_create_app.billing_inbox.sql"},
 		}},
-		{sqlinbox.MySQL(), "test.billing_inbox", map[sqlinbox.MigrationFormat][]string{
+		{sqlinbox.MySQL{}, "test.billing_inbox", map[sqlinbox.MigrationFormat][]string{
 			sqlinbox.FormatGoose:         {"00042_create_test.billing_inbox.sql"},
 			sqlinbox.FormatGolangMigrate: {"00042_create_test.billing_inbox.down.sql", "00042_create_test.billing_inbox.up.sql"},
 			sqlinbox.FormatSQL:           {"00042_create_test.billing_inbox.sql"},
 		}},
-		{sqlinbox.SQLite(), "billing_inbox", map[sqlinbox.MigrationFormat][]string{
+		{sqlinbox.SQLite{}, "billing_inbox", map[sqlinbox.MigrationFormat][]string{
 			sqlinbox.FormatGoose:         {"00042_create_billing_inbox.sql"},
 			sqlinbox.FormatGolangMigrate: {"00042_create_billing_inbox.down.sql", "00042_create_billing_inbox.up.sql"},
 			sqlinbox.FormatSQL:           {"00042_create_billing_inbox.sql"},
@@ -130,7 +130,7 @@ func TestSchemaWritesMigrationFiles(t *testing.T) {
 // as it was: no file written, none replaced, no temporary file left.
 func TestSchemaBadInputWritesNothing(t *testing.T) {
 	dir := t.TempDir()
-	existing := libraryFiles(t, sqlinbox.Postgres(), "app.billing_inbox", sqlinbox.FormatGolangMigrate, "00001")
+	existing := libraryFiles(t, sqlinbox.Postgres{}, "app.billing_inbox", sqlinbox.FormatGolangMigrate, "00001")
 	for name := range existing {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("-- the team's copy\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -205,7 +205,7 @@ func TestSchemaBadInputWritesNothing(t *testing.T) {
 func TestSchemaUpgrade(t *testing.T) {
 	dir := t.TempDir()
 	code, stdout, stderr := runCLI(t, "schema", "-upgrade", "-format", "golang-migrate", "-dialect", "mysql", "-table", "billing_inbox", "-version", "00043", "-out", dir)
-	want := libraryUpgrade(t, sqlinbox.MySQL(), "billing_inbox", sqlinbox.FormatGolangMigrate, "00043")
+	want := libraryUpgrade(t, sqlinbox.MySQL{}, "billing_inbox", sqlinbox.FormatGolangMigrate, "00043")
 	if got := folder(t, dir); code != exitOK || stderr != "" || !maps.Equal(got, want) || len(got) != 2 {
 		t.Errorf("schema -upgrade: exit %d, stdout %q, stderr %q, wrote %v; want %v", code, stdout, stderr, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
 	}

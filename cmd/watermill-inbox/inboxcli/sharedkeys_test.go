@@ -87,7 +87,7 @@ func span(from, to int) []int {
 func insertKey(t *testing.T, db *sql.DB, dialect sqlinbox.Dialect, table, consumer, key string) {
 	t.Helper()
 	query := "INSERT INTO " + table + " (consumer, message_id) VALUES (?, ?)"
-	if dialect.Name() == sqlinbox.Postgres().Name() {
+	if dialect.Name() == (sqlinbox.Postgres{}).Name() {
 		query = "INSERT INTO " + table + " (consumer, message_id) VALUES ($1, $2)"
 	}
 	if _, err := db.ExecContext(context.Background(), query, consumer, key); err != nil {

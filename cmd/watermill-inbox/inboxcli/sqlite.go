@@ -19,7 +19,7 @@ import (
 // exist is an error, except for migrate, which creates it.
 func SQLite() Dialect {
 	return Dialect{
-		Dialect:  sqlinbox.SQLite(),
+		Dialect:  sqlinbox.SQLite{},
 		Names:    []string{"sqlite", "sqlite3"},
 		Prefixes: []string{"file:"},
 		Open: func(dsn string, create bool) (*sql.DB, error) {

@@ -16,11 +16,11 @@ import (
 )
 
 func TestBunPostgres(t *testing.T) {
-	run(t, bun.NewDB(layertest.Open(t, "pgx", layertest.PostgresURL(t)), pgdialect.New()), sqlinbox.Postgres(), true)
+	run(t, bun.NewDB(layertest.Open(t, "pgx", layertest.PostgresURL(t)), pgdialect.New()), sqlinbox.Postgres{}, true)
 }
 
 func TestBunMariaDB(t *testing.T) {
-	run(t, bun.NewDB(layertest.Open(t, "mysql", layertest.MySQLDSN(t)), mysqldialect.New()), sqlinbox.MySQL(), false)
+	run(t, bun.NewDB(layertest.Open(t, "mysql", layertest.MySQLDSN(t)), mysqldialect.New()), sqlinbox.MySQL{}, false)
 }
 
 func run(t *testing.T, db *bun.DB, dialect sqlinbox.Dialect, pg bool) {
@@ -74,7 +74,7 @@ func TestBunQueryHooksRunOnTheInboxTransaction(t *testing.T) {
 	if _, err := db.NewCreateTable().Model((*bunrepo.Invoice)(nil)).Exec(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	store, err := bunrepo.NewStore(db, sqlinbox.Postgres())
+	store, err := bunrepo.NewStore(db, sqlinbox.Postgres{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,11 +30,11 @@ type books struct{ Invoices []invoice }
 // statements of the bun.Tx, which bun begins on it.
 
 func TestHandlerPostgres(t *testing.T) {
-	runKit(t, openThroughTheKit(t, "pgx", layertest.PostgresURL(t), pgdialect.New()), sqlinbox.Postgres())
+	runKit(t, openThroughTheKit(t, "pgx", layertest.PostgresURL(t), pgdialect.New()), sqlinbox.Postgres{})
 }
 
 func TestHandlerMariaDB(t *testing.T) {
-	runKit(t, openThroughTheKit(t, "mysql", layertest.MySQLDSN(t), mysqldialect.New()), sqlinbox.MySQL())
+	runKit(t, openThroughTheKit(t, "mysql", layertest.MySQLDSN(t), mysqldialect.New()), sqlinbox.MySQL{})
 }
 
 func openThroughTheKit(t *testing.T, driver, dsn string, dialect schema.Dialect) *bun.DB {

@@ -24,7 +24,7 @@ func BenchmarkEntClient(b *testing.B) {
 	}
 	defer db.Close()
 	table := testenv.Name("inbox")
-	store, err := sqlinbox.NewDB(db, sqlinbox.Postgres(), sqlinbox.Config{Table: table})
+	store, err := sqlinbox.NewDB(db, sqlinbox.Postgres{}, sqlinbox.Config{Table: table})
 	if err != nil {
 		b.Fatal(err)
 	}

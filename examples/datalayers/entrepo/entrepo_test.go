@@ -27,7 +27,7 @@ func setup(t *testing.T) (*entdb.Client, *sqlinbox.Store, layertest.Layer) {
 	if err := pool.Schema.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlinbox.NewDB(sqlDB, sqlinbox.Postgres(), sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(sqlDB, sqlinbox.Postgres{}, sqlinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestHandler(t *testing.T) {
 	if err := client.Schema.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlinbox.NewDB(sqlDB, sqlinbox.Postgres(), sqlinbox.Config{})
+	store, err := sqlinbox.NewDB(sqlDB, sqlinbox.Postgres{}, sqlinbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,12 +43,12 @@ type gormBenchDatabase struct {
 }
 
 var gormBenchDatabases = []gormBenchDatabase{
-	{"PostgreSQL", "pgx", testenv.PostgresURL, sqlinbox.Postgres(),
+	{"PostgreSQL", "pgx", testenv.PostgresURL, sqlinbox.Postgres{},
 		func(db *sql.DB) gorm.Dialector { return postgres.New(postgres.Config{Conn: db}) },
 		map[string]func(*sql.Tx) gorm.Dialector{
 			"open": func(tx *sql.Tx) gorm.Dialector { return postgres.New(postgres.Config{Conn: tx}) },
 		}},
-	{"MariaDB", "mysql", testenv.MySQLDSN, sqlinbox.MySQL(),
+	{"MariaDB", "mysql", testenv.MySQLDSN, sqlinbox.MySQL{},
 		func(db *sql.DB) gorm.Dialector {
 			return mysql.New(mysql.Config{Conn: db, SkipInitializeWithVersion: true})
 		},

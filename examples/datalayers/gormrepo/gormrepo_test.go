@@ -19,12 +19,12 @@ import (
 
 func TestGORMPostgres(t *testing.T) {
 	db := layertest.Open(t, "pgx", layertest.PostgresURL(t))
-	run(t, db, sqlinbox.Postgres(), postgres.New(postgres.Config{Conn: db}), true)
+	run(t, db, sqlinbox.Postgres{}, postgres.New(postgres.Config{Conn: db}), true)
 }
 
 func TestGORMMariaDB(t *testing.T) {
 	db := layertest.Open(t, "mysql", layertest.MySQLDSN(t))
-	run(t, db, sqlinbox.MySQL(), mysql.New(mysql.Config{Conn: db, SkipInitializeWithVersion: true}), false)
+	run(t, db, sqlinbox.MySQL{}, mysql.New(mysql.Config{Conn: db, SkipInitializeWithVersion: true}), false)
 }
 
 func run(t *testing.T, sqlDB *sql.DB, dialect sqlinbox.Dialect, dialector gorm.Dialector, pg bool) {

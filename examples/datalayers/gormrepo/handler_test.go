@@ -32,12 +32,12 @@ type books struct{ Invoices []invoice }
 
 func TestHandlerPostgres(t *testing.T) {
 	db := openThroughTheKit(t, "pgx", layertest.PostgresURL(t))
-	runKit(t, db, sqlinbox.Postgres(), postgres.New(postgres.Config{Conn: db}))
+	runKit(t, db, sqlinbox.Postgres{}, postgres.New(postgres.Config{Conn: db}))
 }
 
 func TestHandlerMariaDB(t *testing.T) {
 	db := openThroughTheKit(t, "mysql", layertest.MySQLDSN(t))
-	runKit(t, db, sqlinbox.MySQL(), mysql.New(mysql.Config{Conn: db, SkipInitializeWithVersion: true}))
+	runKit(t, db, sqlinbox.MySQL{}, mysql.New(mysql.Config{Conn: db, SkipInitializeWithVersion: true}))
 }
 
 func openThroughTheKit(t *testing.T, driver, dsn string) *sql.DB {

@@ -21,11 +21,11 @@ type books struct{ Invoices []sqlxrepo.Invoice }
 // statements of the *sqlx.Tx, which sqlx begins on it.
 
 func TestHandlerPostgres(t *testing.T) {
-	runKit(t, openThroughTheKit(t, "pgx", layertest.PostgresURL(t)), sqlinbox.Postgres(), layertest.InvoicesDDL)
+	runKit(t, openThroughTheKit(t, "pgx", layertest.PostgresURL(t)), sqlinbox.Postgres{}, layertest.InvoicesDDL)
 }
 
 func TestHandlerMariaDB(t *testing.T) {
-	runKit(t, openThroughTheKit(t, "mysql", layertest.MySQLDSN(t)), sqlinbox.MySQL(), layertest.InvoicesDDLMySQL)
+	runKit(t, openThroughTheKit(t, "mysql", layertest.MySQLDSN(t)), sqlinbox.MySQL{}, layertest.InvoicesDDLMySQL)
 }
 
 func openThroughTheKit(t *testing.T, driver, dsn string) *sqlx.DB {

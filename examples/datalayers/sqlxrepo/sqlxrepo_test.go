@@ -16,12 +16,12 @@ import (
 
 func TestSQLXPostgres(t *testing.T) {
 	db := sqlx.NewDb(layertest.Open(t, "pgx", layertest.PostgresURL(t)), "pgx")
-	run(t, db, sqlinbox.Postgres(), layertest.InvoicesDDL, true)
+	run(t, db, sqlinbox.Postgres{}, layertest.InvoicesDDL, true)
 }
 
 func TestSQLXMariaDB(t *testing.T) {
 	db := sqlx.NewDb(layertest.Open(t, "mysql", layertest.MySQLDSN(t)), "mysql")
-	run(t, db, sqlinbox.MySQL(), layertest.InvoicesDDLMySQL, false)
+	run(t, db, sqlinbox.MySQL{}, layertest.InvoicesDDLMySQL, false)
 }
 
 func run(t *testing.T, db *sqlx.DB, dialect sqlinbox.Dialect, ddl string, pg bool) {
@@ -83,7 +83,7 @@ func TestSQLXNamedQueriesAndSelectOnTheInboxTransaction(t *testing.T) {
 	if _, err := db.Exec(layertest.InvoicesDDL); err != nil {
 		t.Fatal(err)
 	}
-	store, err := sqlxrepo.NewStore(db, sqlinbox.Postgres())
+	store, err := sqlxrepo.NewStore(db, sqlinbox.Postgres{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ type Invoices struct {
 
 // NewInvoices returns the invoice writer for table, validated and quoted like the inbox's.
 func NewInvoices(table string) (*Invoices, error) {
-	parsed, err := sqlinbox.Postgres().ParseTable(table)
+	parsed, err := (sqlinbox.Postgres{}).ParseTable(table)
 	quoted := parsed.Quoted
 	if err != nil {
 		return nil, err

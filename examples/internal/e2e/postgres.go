@@ -30,7 +30,7 @@ func Pool(t *testing.T) *pgxpool.Pool {
 // DropTable drops table when the test ends.
 func DropTable(t *testing.T, pool *pgxpool.Pool, table string) {
 	t.Helper()
-	parsed, err := sqlinbox.Postgres().ParseTable(table)
+	parsed, err := (sqlinbox.Postgres{}).ParseTable(table)
 	quoted := parsed.Quoted
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func checkDatabase(t *testing.T, pool *pgxpool.Pool, invoices *Invoices, inboxTa
 		t.Errorf("%d invoices for %d distinct orders, want exactly one for each of %d orders",
 			counts.Invoices, counts.Orders, len(orders))
 	}
-	parsed, _ := sqlinbox.Postgres().ParseTable(inboxTable)
+	parsed, _ := (sqlinbox.Postgres{}).ParseTable(inboxTable)
 	quoted := parsed.Quoted
 	rows, err := pool.Query(ctx, "SELECT message_id FROM "+quoted+" WHERE consumer = $1", Consumer)
 	if err != nil {
