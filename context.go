@@ -3,6 +3,8 @@ package inbox
 import (
 	"context"
 	"sync"
+
+	"github.com/inboxkit/watermill-inbox/internal/record"
 )
 
 // scopeCtxKey is unexported so that only this package can put a scope in a context.
@@ -18,9 +20,9 @@ type scope struct {
 	tx    Tx // nil in write-behind mode
 
 	mu        sync.Mutex
-	ended     bool        // the handler returned: later writes and publishes are errors
-	queued    []Statement // write-behind mode only; in claim-first mode tx queues them
-	published []published // recorded by a Publisher, published after the commit
+	ended     bool             // the handler returned: later writes and publishes are errors
+	queued    []Statement      // write-behind mode only; in claim-first mode tx queues them
+	published []record.Message // recorded by a Publisher, published after the commit
 }
 
 func withScope(ctx context.Context, sc *scope) context.Context {
@@ -34,7 +36,7 @@ func scopeFrom(ctx context.Context) (*scope, bool) {
 
 // end closes the scope to further queued statements and publishes, and returns what was
 // recorded.
-func (c *scope) end() (queued []Statement, published []published) {
+func (c *scope) end() (queued []Statement, published []record.Message) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ended = true

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inboxkit/watermill-inbox/inboxotel"
 	"github.com/inboxkit/watermill-inbox/internal/entry"
+	"github.com/inboxkit/watermill-inbox/internal/record"
 )
 
 // delivery is one message on its way through the middleware: who consumes it, under which
@@ -86,6 +87,7 @@ func (d *delivery) claimFirst(h message.HandlerFunc) ([]*message.Message, error)
 	if err := d.commit(func(ctx context.Context) error { return tx.Commit(ctx, encoded) }); err != nil {
 		return nil, err
 	}
+	d.committed()
 	return d.processed(returned, pubs)
 }
 
@@ -113,12 +115,13 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 	if prior != nil {
 		return d.duplicate(prior)
 	}
+	d.committed()
 	return d.processed(returned, pubs)
 }
 
 // encode makes the record of what the handler produced, or the error that nacks it.
-func (d *delivery) encode(returned []*message.Message, pubs []published) ([]byte, error) {
-	encoded, err := encodeProduced(returned, pubs, d.m.config.MaxRecorded)
+func (d *delivery) encode(returned []*message.Message, pubs []record.Message) ([]byte, error) {
+	encoded, err := encodeProduced(d.recordOf(returned, pubs), d.m.config.MaxRecorded)
 	if err != nil {
 		d.fail("record")
 		return nil, fmt.Errorf("%w (key %q, consumer %q)", err, d.claim.Key, d.claim.Consumer)
@@ -129,7 +132,7 @@ func (d *delivery) encode(returned []*message.Message, pubs []published) ([]byte
 // run runs the handler with sc in the message context and collects what it produced. A
 // panic calls onPanic (which rolls back) and goes on.
 func (d *delivery) run(h message.HandlerFunc, sc *scope, onPanic func()) (
-	returned []*message.Message, queued []Statement, pubs []published, err error,
+	returned []*message.Message, queued []Statement, pubs []record.Message, err error,
 ) {
 	ctx, span := d.m.tracer.Start(d.ctx, inboxotel.SpanHandler)
 	d.msg.SetContext(withScope(ctx, sc))
@@ -169,15 +172,18 @@ func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 		}
 		d.m.logger.Error("Inbox: duplicate key with a different payload acked", mismatch, d.fields())
 	}
-	returned, pubs, err := decodeProduced(prior.Produced)
+	rec, err := decodeProduced(prior.Produced)
 	if err != nil {
 		return nil, err
 	}
-	if !entry.FromHTTP(d.original) {
-		// A response recorded by inboxhttp under a key that now comes through a router:
-		// the router would publish it.
-		returned = entry.WithoutResponses(returned)
+	if ex := entry.From(d.original); ex != nil {
+		ex.Committed, ex.Duplicate, ex.Recorded = true, true, rec.Response
 	}
+	returned := make([]*message.Message, 0, len(rec.Returned))
+	for _, m := range rec.Returned {
+		returned = append(returned, m.Msg)
+	}
+	pubs := rec.Published
 	if err := d.publish(pubs); err != nil {
 		return nil, err
 	}
@@ -196,7 +202,7 @@ func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 
 // processed publishes what the handler published, now that it is committed, and returns
 // what it returned for the router to publish.
-func (d *delivery) processed(returned []*message.Message, pubs []published) ([]*message.Message, error) {
+func (d *delivery) processed(returned []*message.Message, pubs []record.Message) ([]*message.Message, error) {
 	d.m.metrics.txDuration.Record(d.ctx, seconds(d.begun), d.attrs.record...)
 	d.m.metrics.processed.Add(d.ctx, 1, d.attrs.add...)
 	d.outcome = "processed"
@@ -207,7 +213,7 @@ func (d *delivery) processed(returned []*message.Message, pubs []published) ([]*
 }
 
 // publish sends messages a handler published through a [Publisher], after their commit.
-func (d *delivery) publish(pubs []published) error {
+func (d *delivery) publish(pubs []record.Message) error {
 	if len(pubs) == 0 {
 		return nil
 	}
@@ -218,7 +224,7 @@ func (d *delivery) publish(pubs []published) error {
 	}
 	ctx, span := d.m.tracer.Start(d.ctx, inboxotel.SpanPublish)
 	for _, pub := range pubs {
-		pub.msg.SetContext(ctx)
+		pub.Msg.SetContext(ctx)
 	}
 	err := p.publish(pubs)
 	endSpan(span, err)
@@ -253,6 +259,14 @@ func (d *delivery) rollback(tx Tx) error {
 		return err
 	}
 	return nil
+}
+
+// committed tells an entry point other than a router that the claim is committed: whatever
+// happens after it, the delivery's effects are durable, and its recorded response is the answer.
+func (d *delivery) committed() {
+	if ex := entry.From(d.original); ex != nil {
+		ex.Committed = true
+	}
 }
 
 func (d *delivery) rolledBack() {

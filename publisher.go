@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/inboxkit/watermill-inbox/internal/cause"
+	"github.com/inboxkit/watermill-inbox/internal/record"
 )
 
 // Publisher is a [message.Publisher] for handlers that publish instead of returning their
@@ -99,7 +100,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	}
 	for _, msg := range messages {
 		// A copy: the handler may reuse or change its message after Publish returns.
-		c.published = append(c.published, published{topic: topic, msg: copyMessage(msg)})
+		c.published = append(c.published, record.Message{Topic: topic, Msg: copyMessage(msg)})
 	}
 	return nil
 }
@@ -123,18 +124,18 @@ func (p *Publisher) bind(store Store) error {
 
 // publish sends recorded messages through the wrapped publisher, in order, one Publish call
 // per run of messages with the same topic.
-func (p *Publisher) publish(pubs []published) error {
+func (p *Publisher) publish(pubs []record.Message) error {
 	for start := 0; start < len(pubs); {
 		end := start + 1
-		for end < len(pubs) && pubs[end].topic == pubs[start].topic {
+		for end < len(pubs) && pubs[end].Topic == pubs[start].Topic {
 			end++
 		}
 		msgs := make([]*message.Message, 0, end-start)
 		for _, pub := range pubs[start:end] {
-			msgs = append(msgs, pub.msg)
+			msgs = append(msgs, pub.Msg)
 		}
-		if err := p.publisher.Publish(pubs[start].topic, msgs...); err != nil {
-			return fmt.Errorf("inbox: publish %d recorded message(s) to topic %q: %w", len(msgs), pubs[start].topic, err)
+		if err := p.publisher.Publish(pubs[start].Topic, msgs...); err != nil {
+			return fmt.Errorf("inbox: publish %d recorded message(s) to topic %q: %w", len(msgs), pubs[start].Topic, err)
 		}
 		start = end
 	}

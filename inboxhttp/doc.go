@@ -22,7 +22,9 @@
 //     its status, its body (up to Config.MaxRecordedBody) and the headers that describe it
 //     (Content-Type, Location, ETag and the like, and Config.ReplayHeaders; never Date or
 //     Set-Cookie). A 5xx response, a panic (answered 500) or a failed COMMIT (503 or 500)
-//     rolls back and records nothing: the retry runs the handler again.
+//     rolls back and records nothing: the retry runs the handler again. Once COMMIT has
+//     succeeded the client gets the committed response, also when publishing the messages
+//     recorded with it fails afterwards: they stay recorded, and the failure is logged.
 //   - A committed key: the recorded response, byte for byte, with Idempotent-Replayed: true.
 //   - A key whose first request this process is still handling: 409 Conflict at once, with
 //     Retry-After. In another process, the claim waits for the first request's transaction

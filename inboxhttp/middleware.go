@@ -3,12 +3,10 @@ package inboxhttp
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -28,20 +26,6 @@ const (
 	// HeaderBodyOmitted is set to "true" on a replay whose original body was larger than
 	// [Config.MaxRecordedBody], so that only its status and headers were recorded.
 	HeaderBodyOmitted = "Idempotent-Replay-Body-Omitted"
-)
-
-// replayedHeaders are the response headers a record keeps besides [Config.ReplayHeaders]: those
-// that describe the representation and where the created resource is. Date, Set-Cookie and
-// the connection's own headers are not replayed.
-var replayedHeaders = []string{"Content-Type", "Content-Language", "Content-Location", "Location", "ETag",
-	"Last-Modified", "Cache-Control", "Link"}
-
-// The metadata of the message that holds a recorded response.
-const (
-	metaStatus      = "_inbox_http_status"
-	metaHeader      = "_inbox_http_header"
-	metaBodyOmitted = "_inbox_http_body_omitted"
-	metaFingerprint = "_inbox_http_fingerprint"
 )
 
 // errServerError fails the claim of a request whose handler answered with a 5xx status.
@@ -67,13 +51,17 @@ func New(store inbox.Store, config Config, logger watermill.LoggerAdapter) (func
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{config: config, mw: mw, inFlight: map[string]bool{}}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	m := &middleware{config: config, mw: mw, logger: logger, inFlight: map[string]bool{}}
 	return m.wrap, nil
 }
 
 type middleware struct {
 	config Config
 	mw     message.HandlerMiddleware
+	logger watermill.LoggerAdapter
 
 	mu       sync.Mutex
 	inFlight map[string]bool // keys of this process's requests being handled
@@ -136,14 +124,11 @@ func (m *middleware) leave(key string) {
 // the claim, the handler with the claim's transaction in the request's context, the record
 // of the response and COMMIT; the response goes out after the commit, or is replayed.
 func (m *middleware) handle(next http.Handler, w http.ResponseWriter, r *http.Request, key string, body []byte) {
+	ex := &entry.Exchange{Fingerprint: m.config.Fingerprint(r, body)}
 	msg := message.NewMessage(key, body)
-	if fp := m.config.Fingerprint(r, body); fp != nil {
-		msg.Metadata.Set(metaFingerprint, string(fp))
-	}
-	msg.SetContext(entry.WithHTTP(r.Context()))
+	msg.SetContext(entry.With(r.Context(), ex))
 
 	var served *buffered
-	var response *message.Message // the message that records served
 	handler := func(msg *message.Message) ([]*message.Message, error) {
 		served = newBuffered()
 		req := r.Clone(msg.Context())
@@ -153,13 +138,23 @@ func (m *middleware) handle(next http.Handler, w http.ResponseWriter, r *http.Re
 		if served.statusCode() >= 500 {
 			return nil, errServerError
 		}
-		response = m.record(served)
-		return []*message.Message{response}, nil
+		ex.Response = m.record(served)
+		return nil, nil
 	}
 
-	returned, err := m.run(handler, msg)
+	err := m.run(handler, msg)
 	switch {
-	case err == nil:
+	case ex.Duplicate && ex.Recorded != nil:
+		replay(w, ex.Recorded)
+	case ex.Duplicate:
+		// The key was processed by another entry point of the same consumer (a broker
+		// message): its effects are done, and no response of it was recorded.
+		w.Header().Set(HeaderReplayed, "true")
+		w.WriteHeader(http.StatusNoContent)
+	case ex.Committed:
+		// The response is the committed one, also when publishing the messages recorded with
+		// it failed afterwards: they stay recorded for a redelivery or a relay to publish.
+		served.send(w, nil)
 	case errors.Is(err, errServerError):
 		served.send(w, nil) // nothing of it committed: the retry runs the handler again
 		return
@@ -167,33 +162,22 @@ func (m *middleware) handle(next http.Handler, w http.ResponseWriter, r *http.Re
 		m.fail(w, err)
 		return
 	}
-	for _, rec := range returned {
-		if rec == response && response != nil {
-			served.send(w, nil)
-			return
-		}
+	if err != nil {
+		m.logger.Error("Inbox HTTP: the request is committed, but publishing its recorded messages failed", err,
+			watermill.LogFields{"consumer": m.config.Consumer, "idempotency_key": key})
 	}
-	for _, rec := range returned {
-		if rec.Metadata.Get(entry.ResponseMetadata) != "" {
-			replay(w, rec)
-			return
-		}
-	}
-	// The key was processed by another entry point of the same consumer (a broker message):
-	// its effects are done, and no response of it was recorded.
-	w.Header().Set(HeaderReplayed, "true")
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // run calls the inbox middleware, turning a panic of the handler (which the middleware
 // rolled back) into an error.
-func (m *middleware) run(handler message.HandlerFunc, msg *message.Message) (returned []*message.Message, err error) {
+func (m *middleware) run(handler message.HandlerFunc, msg *message.Message) (err error) {
 	defer func() {
 		if recovered := recover(); recovered != nil {
-			returned, err = nil, fmt.Errorf("inboxhttp: the handler panicked: %v", recovered)
+			err = fmt.Errorf("inboxhttp: the handler panicked: %v", recovered)
 		}
 	}()
-	return m.mw(handler)(msg)
+	_, err = m.mw(handler)(msg)
+	return err
 }
 
 // fail answers a request the inbox did not process.
@@ -209,62 +193,6 @@ func (m *middleware) fail(w http.ResponseWriter, err error) {
 	default:
 		problemFailed.write(w, "", 0)
 	}
-}
-
-// record is the message that records served: its status, its replayed headers and its
-// body, unless the body is larger than MaxRecordedBody.
-func (m *middleware) record(served *buffered) *message.Message {
-	header := map[string][]string{}
-	for _, name := range append(replayedHeaders, m.config.ReplayHeaders...) {
-		if v := served.header.Values(name); len(v) > 0 {
-			header[http.CanonicalHeaderKey(name)] = v
-		}
-	}
-	encoded, _ := json.Marshal(header) // strings only: no error
-	body := served.body.Bytes()
-	omitted := int64(len(body)) > m.config.MaxRecordedBody
-	if omitted {
-		body = nil
-	}
-	rec := message.NewMessage(watermill.NewUUID(), append([]byte(nil), body...))
-	rec.Metadata.Set(entry.ResponseMetadata, "1")
-	rec.Metadata.Set(metaStatus, strconv.Itoa(served.statusCode()))
-	rec.Metadata.Set(metaHeader, string(encoded))
-	if omitted {
-		rec.Metadata.Set(metaBodyOmitted, "true")
-	}
-	return rec
-}
-
-// replay sends a recorded response.
-func replay(w http.ResponseWriter, rec *message.Message) {
-	var header map[string][]string
-	_ = json.Unmarshal([]byte(rec.Metadata.Get(metaHeader)), &header) // written by record
-	status, err := strconv.Atoi(rec.Metadata.Get(metaStatus))
-	if err != nil {
-		status = http.StatusOK
-	}
-	h := w.Header()
-	for k, v := range header {
-		h[k] = v
-	}
-	h.Set(HeaderReplayed, "true")
-	if rec.Metadata.Get(metaBodyOmitted) != "" {
-		h.Set(HeaderBodyOmitted, "true")
-	}
-	h.Set("Content-Length", strconv.Itoa(len(rec.Payload)))
-	w.WriteHeader(status)
-	_, _ = w.Write(rec.Payload)
-}
-
-// requestFingerprint is the inbox's fingerprint of a request: [Config.Fingerprint]'s, which
-// serve computed, or none.
-func requestFingerprint(msg *message.Message) []byte {
-	fp, ok := msg.Metadata[metaFingerprint]
-	if !ok {
-		return nil
-	}
-	return []byte(fp)
 }
 
 // RequestSHA256 is [Config.Fingerprint]'s default: the SHA-256 of the request's method, path and
