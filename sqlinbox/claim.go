@@ -109,6 +109,7 @@ type claimedTx struct {
 	session session
 	store   *Store
 	claim   inbox.Claim
+	lost    bool // the session's connection broke, as Rollback found it
 	statementQueue
 }
 
@@ -135,12 +136,34 @@ func (t *claimedTx) Commit(ctx context.Context, produced []byte) error {
 	if errors.Is(err, inbox.ErrTxEndedByHandler) {
 		return err
 	}
+	committing := failed == len(statements) && connectionLost(err)
 	err = t.session.abort(ctx, t.store.failure(statements, failed, err, "commit request"))
-	return t.store.explainSize(ctx, statements, err)
+	err = t.store.explainSize(ctx, statements, err)
+	if committing || t.session.lost() {
+		return &storeError{err} // the session broke: the COMMIT's outcome is for the next delivery to find out
+	}
+	return err
 }
 
-// Rollback ends the transaction and releases the connection.
+// Rollback ends the transaction and releases the connection. A rollback that fails, on a
+// transaction the handler did not end, is the session's connection lost: a store error.
 func (t *claimedTx) Rollback(ctx context.Context) error {
 	defer t.session.release()
-	return t.session.rollback(ctx)
+	err := t.session.rollback(ctx)
+	t.lost = t.session.lost()
+	if err != nil && t.lost {
+		return &storeError{err}
+	}
+	return err
+}
+
+// IsTransient reports whether err, which the handler returned before Rollback, is a failure
+// of the inbox's own database on this transaction, for the middleware (see [Store.IsTransient]):
+// the session's connection lost, or an error the database raised on the session that the
+// dialect reports.
+func (t *claimedTx) IsTransient(err error) bool {
+	if err == nil || errors.Is(err, inbox.ErrRecordTooLarge) {
+		return false
+	}
+	return t.lost || t.session.raised(err, t.store.sql.dialect.IsTransient)
 }

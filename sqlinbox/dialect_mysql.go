@@ -246,18 +246,17 @@ func (MySQL) IsDuplicateKey(err error, t Table) bool {
 }
 
 // IsTransient: the server's errors of a database that fails the statement, not the message,
-// and the driver's error for a connection that broke mid-statement, whose outcome is unknown.
+// by their number: a state of the server or a race between transactions, which a later attempt
+// gets past and which no message's content causes. It says nothing of where the error was
+// raised: the store tells its own session's failures (go-sql-driver/mysql's "invalid
+// connection" among them) by the session, not by the error (see Store.IsTransient).
 func (MySQL) IsTransient(err error) bool {
-	if number, _, ok := mysqlError(err); ok {
-		_, transient := mysqlTransient[number]
-		return transient
+	number, _, ok := mysqlError(err)
+	if !ok {
+		return false
 	}
-	for _, e := range errorChain(err) {
-		if e.Error() == "invalid connection" { // go-sql-driver/mysql's ErrInvalidConn
-			return true
-		}
-	}
-	return false
+	_, transient := mysqlTransient[number]
+	return transient
 }
 
 // mysqlTransient are the server's errors that a later attempt gets past.

@@ -3,7 +3,6 @@ package sqlinbox
 import (
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -143,16 +142,21 @@ func (Postgres) IsDuplicateKey(err error, t Table) bool {
 		(t.Schema == "" || pgErr.SchemaName == t.Schema)
 }
 
-// IsTransient: the SQLSTATEs of a database that fails the statement, not the message, and a
-// connection pgx could not make (a refused connection, a server starting up, a password
-// changed while the service runs).
+// IsTransient: the SQLSTATEs a server raises for a state of its own or a race between
+// transactions, which a later attempt gets past and which no message's content causes. It
+// reads the code alone, so it says nothing of where the error was raised: the store tells its
+// own session's failures (a connection lost, refused or timed out, told by the session rather
+// than by the error's type) and leaves out what the handler met elsewhere (see
+// Store.IsTransient). Class 08 is not among them: a connection exception the server raises
+// is a protocol violation (08P01: a statement with more placeholders than arguments, in
+// QueryExecModeExec) or another server's connection (postgres_fdw, dblink), and neither is
+// the inbox's database failing; and an error inside a [*pgconn.ConnectError] is a connection
+// that could not be made, which on the store's own pool the store marks itself (a handler's
+// to another database is the message's).
 func (Postgres) IsTransient(err error) bool {
 	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) || pgconn.Timeout(err) {
-		return true
-	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	if errors.As(err, &connectErr) || !errors.As(err, &pgErr) {
 		return false
 	}
 	switch pgErr.Code {
@@ -167,7 +171,7 @@ func (Postgres) IsTransient(err error) bool {
 		"53300": // too_many_connections
 		return true
 	}
-	return strings.HasPrefix(pgErr.Code, "08") // connection_exception and its subclasses
+	return false
 }
 
 func (Postgres) Begin() string { return "BEGIN" }

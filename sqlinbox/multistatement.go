@@ -97,6 +97,8 @@ type multiSession struct {
 	pool *multiPool
 	conn *sql.Conn
 	tx   *sql.Tx // the transaction the claim's request began, adopted by database/sql
+	// broken: a ROLLBACK failed, on a transaction the handler had not ended.
+	broken bool
 }
 
 func (s *multiSession) begin(ctx context.Context, first []statement) (int, error) {
@@ -150,7 +152,20 @@ func (s *multiSession) run(ctx context.Context, statements []statement) (int, er
 	return 0, nil
 }
 
-func (s *multiSession) rollback(context.Context) error { return sqlEnded(s.tx.Rollback()) }
+func (s *multiSession) rollback(context.Context) error { return s.rolledBack(s.tx.Rollback()) }
+
+// rolledBack is dbSession's.
+func (s *multiSession) rolledBack(err error) error {
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		s.broken = true
+	}
+	return sqlEnded(err)
+}
+
+func (s *multiSession) lost() bool { return s.broken }
+
+// raised is dbSession's: by the code alone.
+func (s *multiSession) raised(err error, transient func(error) bool) bool { return transient(err) }
 
 // rollbackAndSelect sends ROLLBACK and the read of the committed claim as one request.
 func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
@@ -176,13 +191,14 @@ func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args
 func (s *multiSession) abort(ctx context.Context, cause error) error {
 	ctx = context.WithoutCancel(ctx) // the transaction must end, whatever happens to ctx
 	if s.tx != nil {
-		if err := s.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		if err := s.rolledBack(s.tx.Rollback()); err != nil && !errors.Is(err, sql.ErrTxDone) {
 			return errors.Join(cause, fmt.Errorf("sqlinbox: rollback: %w", err))
 		}
 		return cause
 	}
 	if _, err := s.conn.ExecContext(txmark.With(ctx, txmark.Ends), sqlRollback); err != nil {
 		discard(s.conn)
+		s.broken = true
 		return errors.Join(cause, fmt.Errorf("sqlinbox: rollback: %w", err))
 	}
 	if _, err := s.conn.ExecContext(ctx, s.pool.multi.Probe, 1, 1); err != nil {

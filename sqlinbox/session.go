@@ -117,4 +117,11 @@ type session interface {
 	abort(ctx context.Context, cause error) error
 	// release gives the connection back; one left in a transaction is closed.
 	release()
+	// lost reports whether the session's connection broke (it closed; a ROLLBACK failed on
+	// it), after a failure and the rollback or abort that followed it.
+	lost() bool
+	// raised reports whether err, which the handler returned, holds an error the database
+	// raised on this session that transient (the dialect's IsTransient) reports: as the
+	// session saw the handler's statements, or by transient alone where it sees none of them.
+	raised(err error, transient func(error) bool) bool
 }

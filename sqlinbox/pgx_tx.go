@@ -1,0 +1,153 @@
+package sqlinbox
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// pgxTx is the [pgx.Tx] a handler gets on a store made by [NewPgx] or [NewPgxPipeline]: the
+// inbox transaction's own, every call forwarded to it, with one thing added: the errors its
+// statements return are kept, so that the store can tell a deadlock the handler met on the
+// inbox's transaction from one it met on another database (see [Store.IsTransient]). The
+// errors are returned as pgx returned them, the same values. A statement sent through Conn()
+// or LargeObjects() bypasses it: its errors are judged by the session (a connection that
+// closed) alone.
+type pgxTx struct {
+	inner pgx.Tx
+	met   *metErrors
+}
+
+var _ pgx.Tx = (*pgxTx)(nil)
+
+// metErrors keeps the last errors the statements of one inbox transaction returned. A handler
+// may use its transaction from several goroutines in turn, so it has a lock.
+type metErrors struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+// maxMetErrors bounds what a transaction keeps: a handler that goes on after each failure
+// would otherwise keep one error per statement. The error a handler returns is one of its
+// last.
+const maxMetErrors = 8
+
+// add keeps err, if it is an error, and returns it.
+func (m *metErrors) add(err error) error {
+	if err == nil || errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.errs) == maxMetErrors {
+		m.errs = append(m.errs[:0], m.errs[1:]...)
+	}
+	m.errs = append(m.errs, err)
+	return err
+}
+
+// raised reports whether err holds one of the errors kept that transient reports.
+func (m *metErrors) raised(err error, transient func(error) bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, met := range m.errs {
+		if transient(met) && errors.Is(err, met) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *pgxTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	inner, err := t.inner.Begin(ctx)
+	if err != nil {
+		return nil, t.met.add(err)
+	}
+	return &pgxTx{inner: inner, met: t.met}, nil
+}
+
+func (t *pgxTx) Commit(ctx context.Context) error   { return t.met.add(t.inner.Commit(ctx)) }
+func (t *pgxTx) Rollback(ctx context.Context) error { return t.met.add(t.inner.Rollback(ctx)) }
+
+func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error) {
+	n, err := t.inner.CopyFrom(ctx, table, columns, rows)
+	return n, t.met.add(err)
+}
+
+func (t *pgxTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return &pgxBatchResults{inner: t.inner.SendBatch(ctx, b), met: t.met}
+}
+
+func (t *pgxTx) LargeObjects() pgx.LargeObjects { return t.inner.LargeObjects() }
+
+func (t *pgxTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	sd, err := t.inner.Prepare(ctx, name, sql)
+	return sd, t.met.add(err)
+}
+
+func (t *pgxTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := t.inner.Exec(ctx, sql, args...)
+	return tag, t.met.add(err)
+}
+
+func (t *pgxTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := t.inner.Query(ctx, sql, args...)
+	if err != nil {
+		return rows, t.met.add(err)
+	}
+	return &pgxTxRows{Rows: rows, met: t.met}, nil
+}
+
+func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return pgxTxRow{inner: t.inner.QueryRow(ctx, sql, args...), met: t.met}
+}
+
+func (t *pgxTx) Conn() *pgx.Conn { return t.inner.Conn() }
+
+// pgxTxRows keeps the errors of a query's rows.
+type pgxTxRows struct {
+	pgx.Rows
+	met *metErrors
+}
+
+func (r *pgxTxRows) Err() error             { return r.met.add(r.Rows.Err()) }
+func (r *pgxTxRows) Scan(dest ...any) error { return r.met.add(r.Rows.Scan(dest...)) }
+
+func (r *pgxTxRows) Values() ([]any, error) {
+	values, err := r.Rows.Values()
+	return values, r.met.add(err)
+}
+
+// pgxTxRow keeps the error of a query's row.
+type pgxTxRow struct {
+	inner pgx.Row
+	met   *metErrors
+}
+
+func (r pgxTxRow) Scan(dest ...any) error { return r.met.add(r.inner.Scan(dest...)) }
+
+// pgxBatchResults keeps the errors of a batch's results.
+type pgxBatchResults struct {
+	inner pgx.BatchResults
+	met   *metErrors
+}
+
+func (b *pgxBatchResults) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.inner.Exec()
+	return tag, b.met.add(err)
+}
+
+func (b *pgxBatchResults) Query() (pgx.Rows, error) {
+	rows, err := b.inner.Query()
+	if err != nil {
+		return rows, b.met.add(err)
+	}
+	return &pgxTxRows{Rows: rows, met: b.met}, nil
+}
+
+func (b *pgxBatchResults) QueryRow() pgx.Row { return pgxTxRow{inner: b.inner.QueryRow(), met: b.met} }
+func (b *pgxBatchResults) Close() error      { return b.met.add(b.inner.Close()) }
+func (b *pgxBatchResults) Tx() pgx.Tx        { return b.inner.Tx() }
