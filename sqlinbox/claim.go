@@ -52,12 +52,15 @@ func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.
 
 // before returns nil once the store may claim: its table passed its check and, for a store
 // that sends multi-statement requests, the server is not one that refuses them.
+// Whatever stops it is the store's own failure: the check's connection refused, say.
 func (s *Store) before(ctx context.Context, mode string) error {
 	if err := s.table.before(ctx, s.table.passing(s.describe)); err != nil {
-		return err
+		return &storeError{err}
 	}
 	if s.refusal != nil {
-		return s.refuse(ctx, mode)
+		if err := s.refuse(ctx, mode); err != nil {
+			return &storeError{err}
+		}
 	}
 	return nil
 }
