@@ -36,8 +36,8 @@ type delivery struct {
 	// judged is set when the error is the handler's, judged where it was returned
 	// (handlerFailed): the store's IsTransient is not asked about it again.
 	judged bool
-	attrs   *measurementOptions
-	begun   time.Time
+	attrs  *measurementOptions
+	begun  time.Time
 }
 
 func (m *middleware) newDelivery(msg *message.Message) *delivery {
