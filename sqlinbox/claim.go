@@ -33,6 +33,9 @@ func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.
 	var inserted bool
 	first := append(s.sql.lockTimeoutStatement(), s.sql.claimStatement(claim, s.pool.claimSkips(false), &inserted))
 	claimAt := len(first) - 1
+	if s.pool.checksTx() {
+		first = append(first, s.sql.txMarkStatement()...)
+	}
 	failed, err := sess.begin(ctx, first)
 	switch {
 	case err == nil && (first[claimAt].found == nil || inserted):
@@ -96,6 +99,10 @@ func (s *Store) failure(statements []statement, failed int, err error, request s
 		return fmt.Errorf("sqlinbox: claim: %w", err)
 	case kindRecord:
 		return fmt.Errorf("sqlinbox: record produced messages: %w", err)
+	case kindTxMark:
+		return fmt.Errorf("sqlinbox: mark the claim's transaction: %w", err)
+	case kindTxCheck:
+		return fmt.Errorf("sqlinbox: check the transaction before COMMIT: %w", err)
 	}
 	queued := 0
 	for _, st := range statements[:failed+1] {
@@ -104,6 +111,19 @@ func (s *Store) failure(statements []statement, failed int, err error, request s
 		}
 	}
 	return fmt.Errorf("sqlinbox: queued statement %d: %w", queued, err)
+}
+
+// txCheckFailed reports whether err, from the statement at failed, is the check before COMMIT
+// finding the transaction ended (see commitGuard).
+func (s *Store) txCheckFailed(statements []statement, failed int, err error) bool {
+	if errors.Is(err, errTxCheckFailed) {
+		return true
+	}
+	guard, ok := s.sql.dialect.(commitGuard)
+	if !ok || !guard.checkFailed(err) {
+		return false
+	}
+	return failed == failedUnknown || failed >= 0 && failed < len(statements) && statements[failed].kind == kindTxCheck
 }
 
 // claimedTx is the transaction of one claimed message, on a session the store holds until
@@ -132,12 +152,21 @@ func (t *claimedTx) Commit(ctx context.Context, produced []byte) error {
 	if produced != nil {
 		statements = append(statements, t.store.sql.recordStatement(t.claim, produced))
 	}
+	var claims bool
+	if t.store.pool.checksTx() {
+		statements = append(statements, t.store.sql.txCheckStatement(t.claim, &claims)...)
+	}
 	failed, err := t.session.commit(ctx, statements)
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, inbox.ErrTxEndedByHandler) {
 		return err
+	}
+	if t.store.txCheckFailed(statements, failed, err) {
+		return t.session.abort(ctx, fmt.Errorf("sqlinbox: commit: the transaction is not the claim's any more: the handler "+
+			"ended it (a ROLLBACK, COMMIT, START TRANSACTION or, on MySQL, an implicit commit it sent on the transaction), "+
+			"and what it sent after that ran outside it; nothing more was committed: %w (%w)", inbox.ErrTxEndedByHandler, err))
 	}
 	committing := failed == len(statements) && connectionLost(err)
 	err = t.session.abort(ctx, t.store.failure(statements, failed, err, "commit request"))

@@ -74,6 +74,9 @@ func (p *dbPool) hold(ctx context.Context, f func(q querier) (broken bool, err e
 
 func (p *dbPool) maxConns() int { return p.db.Stats().MaxOpenConnections }
 
+// checksTx: the handler's statements on the *sql.Tx reach the database without the store.
+func (p *dbPool) checksTx() bool { return true }
+
 // claimSkips: a statement at a time, so the claim's row says before anything else is sent.
 func (p *dbPool) claimSkips(bool) bool { return true }
 

@@ -65,6 +65,9 @@ func (s *dbSession) commit(ctx context.Context, statements []statement) (int, er
 		if err := execStatement(ctx, s.tx, st); err != nil {
 			return i, sqlEnded(err)
 		}
+		if st.kind == kindTxCheck && st.found != nil && !*st.found {
+			return i, errTxCheckFailed
+		}
 	}
 	return len(statements), sqlEnded(s.tx.Commit())
 }

@@ -176,6 +176,37 @@ func (Postgres) IsTransient(err error) bool {
 
 func (Postgres) Begin() string { return "BEGIN" }
 
+// commitCheck: the claim's row was inserted by this very transaction (its xmin, the inserting
+// transaction's id, is the current one's, txid_current() without its epoch), so a transaction
+// that a handler's ROLLBACK, COMMIT or COMMIT and BEGIN ended returns no row: one index lookup
+// of the claim, and no mark.
+func (Postgres) commitCheck(t Table) (mark, check string, returnsRow bool) {
+	return "", `SELECT 1 FROM ` + t.Quoted + ` WHERE consumer = $1 AND message_id = $2 AND xmin::text::bigint = txid_current() % 4294967296`, true
+}
+
+func (Postgres) checkFailed(error) bool { return false } // the check says so by its row
+
+// lexicon: PostgreSQL's quotes and comments (see txGuard).
+func (Postgres) lexicon() sqlLexicon { return sqlLexicon{postgres: true} }
+
+// endsTransaction names the statements that end a PostgreSQL transaction: COMMIT, END,
+// ROLLBACK, ABORT, BEGIN and START TRANSACTION (which inside a transaction only warn, but are
+// a handler's transaction control all the same), and PREPARE TRANSACTION, which hands the
+// transaction to two-phase commit. A procedure or DO block cannot end a transaction that a
+// BEGIN opened: the server refuses its COMMIT.
+func (Postgres) endsTransaction(st sqlStatement) string {
+	if what := endsTransactionStandard(st); what != "" {
+		return what
+	}
+	switch {
+	case st.word(0) == "abort":
+		return "ABORT"
+	case st.word(0) == "prepare" && st.word(1) == "transaction":
+		return "PREPARE TRANSACTION"
+	}
+	return ""
+}
+
 // LockTimeout: set_config(..., true) is SET LOCAL with a parameter; it ends with the
 // transaction, so it is safe behind a pooler in transaction mode.
 func (Postgres) LockTimeout(timeout time.Duration) (string, []any) {

@@ -3,19 +3,26 @@ package sqlinbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	inbox "github.com/inboxkit/watermill-inbox"
 )
 
 // pgxTx is the [pgx.Tx] a handler gets on a store made by [NewPgx] or [NewPgxPipeline]: the
-// inbox transaction's own, every call forwarded to it, with one thing added: the errors its
+// inbox transaction's own, every call forwarded to it, with two things added. The errors its
 // statements return are kept, so that the store can tell a deadlock the handler met on the
-// inbox's transaction from one it met on another database (see [Store.IsTransient]). The
-// errors are returned as pgx returned them, the same values. A statement sent through Conn()
-// or LargeObjects() bypasses it: its errors are judged by the session (a connection that
-// closed) alone.
+// inbox's transaction from one it met on another database (see [Store.IsTransient]); they are
+// returned as pgx returned them, the same values. And a statement that would end the inbox
+// transaction (see txGuard), or any statement once it has ended (the server reports its
+// transaction status after every command), is refused before it is sent, with an error
+// wrapping [inbox.ErrTxEndedByHandler], so that nothing after it runs in autocommit. A
+// statement sent through Conn() or LargeObjects() bypasses it: its errors are judged by the
+// session (a connection that closed) alone, and the commit finds a transaction it ended.
 type pgxTx struct {
 	inner pgx.Tx
 	met   *metErrors
@@ -73,27 +80,44 @@ func (t *pgxTx) Commit(ctx context.Context) error   { return t.met.add(t.inner.C
 func (t *pgxTx) Rollback(ctx context.Context) error { return t.met.add(t.inner.Rollback(ctx)) }
 
 func (t *pgxTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error) {
+	if err := t.refuse(""); err != nil {
+		return 0, err
+	}
 	n, err := t.inner.CopyFrom(ctx, table, columns, rows)
 	return n, t.met.add(err)
 }
 
 func (t *pgxTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		if err := t.refuse(q.SQL); err != nil {
+			return refusedBatch{err}
+		}
+	}
 	return &pgxBatchResults{inner: t.inner.SendBatch(ctx, b), met: t.met}
 }
 
 func (t *pgxTx) LargeObjects() pgx.LargeObjects { return t.inner.LargeObjects() }
 
 func (t *pgxTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.refuse(sql); err != nil {
+		return nil, err
+	}
 	sd, err := t.inner.Prepare(ctx, name, sql)
 	return sd, t.met.add(err)
 }
 
 func (t *pgxTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.refuse(sql); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	tag, err := t.inner.Exec(ctx, sql, args...)
 	return tag, t.met.add(err)
 }
 
 func (t *pgxTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.refuse(sql); err != nil {
+		return refusedRows{err}, err
+	}
 	rows, err := t.inner.Query(ctx, sql, args...)
 	if err != nil {
 		return rows, t.met.add(err)
@@ -102,7 +126,23 @@ func (t *pgxTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 }
 
 func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.refuse(sql); err != nil {
+		return refusedRows{err}
+	}
 	return pgxTxRow{inner: t.inner.QueryRow(ctx, sql, args...), met: t.met}
+}
+
+// refuse returns the refusal of a statement with text sql, or nil: the inbox transaction
+// ended, or the statement would end it.
+func (t *pgxTx) refuse(sql string) error {
+	if c := t.inner.Conn(); c != nil && !c.PgConn().IsBusy() && c.PgConn().TxStatus() == 'I' {
+		return fmt.Errorf("sqlinbox: refused: the inbox transaction has ended, and the statement would run in "+
+			"autocommit; nothing of it was sent: %w", inbox.ErrTxEndedByHandler)
+	}
+	if err := refuseTxEnd(Postgres{}, sql); err != nil {
+		return fmt.Errorf("sqlinbox: %w", err)
+	}
+	return nil
 }
 
 func (t *pgxTx) Conn() *pgx.Conn { return t.inner.Conn() }
@@ -151,3 +191,29 @@ func (b *pgxBatchResults) Query() (pgx.Rows, error) {
 func (b *pgxBatchResults) QueryRow() pgx.Row { return pgxTxRow{inner: b.inner.QueryRow(), met: b.met} }
 func (b *pgxBatchResults) Close() error      { return b.met.add(b.inner.Close()) }
 func (b *pgxBatchResults) Tx() pgx.Tx        { return b.inner.Tx() }
+
+// refusedRows is what a refused call returns where pgx returns rows or a row: each of its
+// methods returns the refusal.
+type refusedRows struct{ err error }
+
+func (r refusedRows) Close()                                       {}
+func (r refusedRows) Err() error                                   { return r.err }
+func (r refusedRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (r refusedRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (r refusedRows) Next() bool                                   { return false }
+func (r refusedRows) Scan(...any) error                            { return r.err }
+func (r refusedRows) Values() ([]any, error)                       { return nil, r.err }
+func (r refusedRows) RawValues() [][]byte                          { return nil }
+func (r refusedRows) Conn() *pgx.Conn                              { return nil }
+func (r refusedRows) TypeMap() *pgtype.Map                         { return nil }
+
+// refusedBatch is a refused batch's results.
+type refusedBatch struct{ err error }
+
+func (b refusedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b refusedBatch) Query() (pgx.Rows, error)         { return refusedRows(b), b.err }
+func (b refusedBatch) QueryRow() pgx.Row                { return refusedRows(b) }
+func (b refusedBatch) Close() error                     { return b.err }
+
+// Tx: the batch was not sent, so it began none.
+func (b refusedBatch) Tx() pgx.Tx { return nil }

@@ -31,7 +31,13 @@ const (
 	kindClaim
 	kindQueued
 	kindRecord
+	kindTxMark  // marks the claim's transaction, after the claim (see commitGuard)
+	kindTxCheck // checks, before COMMIT, that the transaction is still the claim's
 )
+
+// errTxCheckFailed is what a session reports, with the check's position, when the check before
+// COMMIT (see commitGuard) returned no row: the transaction is not the claim's any more.
+var errTxCheckFailed = errors.New("sqlinbox: the transaction is not the claim's any more")
 
 // errClaimSkipped is what a session that sends a statement at a time reports, with the claim's
 // position, when the claim skipped a duplicate and it sent nothing after it.
@@ -60,6 +66,10 @@ type pool interface {
 	hold(ctx context.Context, f func(q querier) (broken bool, err error)) error
 	// maxConns is the most connections the pool opens; 0: no limit.
 	maxConns() int
+	// checksTx reports whether the pool's claim-first sessions mark the claim's transaction and
+	// check it before COMMIT (see commitGuard): those whose handlers write through a
+	// [*sql.Tx], whose statements the store does not see.
+	checksTx() bool
 	// claimSkips reports whether the pool's sessions claim with the dialect's
 	// InsertClaimOrSkip where it has one: sessions that send a statement at a time, in both
 	// modes, and pgx's begin batch. A request that holds the statements after the claim
