@@ -161,7 +161,7 @@ func (t *claimedTx) Commit(ctx context.Context, produced []byte) error {
 		return nil
 	}
 	if errors.Is(err, inbox.ErrTxEndedByHandler) {
-		return err
+		return t.session.abort(ctx, err) // a transaction still open (a refused statement's) rolls back
 	}
 	if t.store.txCheckFailed(statements, failed, err) {
 		return t.session.abort(ctx, fmt.Errorf("sqlinbox: commit: the transaction is not the claim's any more: the handler "+

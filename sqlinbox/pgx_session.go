@@ -87,6 +87,11 @@ func (s *pgxSession) commit(ctx context.Context, statements []statement) (int, e
 	if c.PgConn().TxStatus() == 'I' {
 		return len(statements), fmt.Errorf("%w: commit", inbox.ErrTxEndedByHandler)
 	}
+	if err := s.met.firstRefusal(); err != nil {
+		// The handler went on after its pgx.Tx refused a statement: what it meant to commit
+		// is not what the transaction holds.
+		return len(statements), fmt.Errorf("sqlinbox: commit: the handler's pgx.Tx refused one of its statements: %w", err)
+	}
 	if len(statements) == 0 {
 		return 0, pgxEnded(s.tx.Commit(ctx))
 	}

@@ -35,6 +35,26 @@ var _ pgx.Tx = (*pgxTx)(nil)
 type metErrors struct {
 	mu   sync.Mutex
 	errs []error
+	// refusal is the first refusal of a statement (see pgxTx.refuse): the transaction can
+	// no longer commit as the handler meant it, whatever the handler did with the refusal.
+	refusal error
+}
+
+// refused keeps err as the refusal, if it is the first, and returns it.
+func (m *metErrors) refused(err error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.refusal == nil {
+		m.refusal = err
+	}
+	return err
+}
+
+// firstRefusal returns the first refusal, or nil.
+func (m *metErrors) firstRefusal() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.refusal
 }
 
 // maxMetErrors bounds what a transaction keeps: a handler that goes on after each failure
@@ -136,11 +156,11 @@ func (t *pgxTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // ended, or the statement would end it.
 func (t *pgxTx) refuse(sql string) error {
 	if c := t.inner.Conn(); c != nil && !c.PgConn().IsBusy() && c.PgConn().TxStatus() == 'I' {
-		return fmt.Errorf("sqlinbox: refused: the inbox transaction has ended, and the statement would run in "+
-			"autocommit; nothing of it was sent: %w", inbox.ErrTxEndedByHandler)
+		return t.met.refused(fmt.Errorf("sqlinbox: refused: the inbox transaction has ended, and the statement would "+
+			"run in autocommit; nothing of it was sent: %w", inbox.ErrTxEndedByHandler))
 	}
 	if err := refuseTxEnd(Postgres{}, sql); err != nil {
-		return fmt.Errorf("sqlinbox: %w", err)
+		return t.met.refused(fmt.Errorf("sqlinbox: %w", err))
 	}
 	return nil
 }
