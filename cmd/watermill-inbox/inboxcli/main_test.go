@@ -607,9 +607,21 @@ func TestErrorsNeverShowTheDSNsPassword(t *testing.T) {
 		{"host=127.0.0.1 port=1 user=alice password='p@ss S3cret' sslmode=bogus", "S3cret", exitUsage},
 		{"mysql://alice:p@ssS3cret@tcp(127.0.0.1:1)/test?bogus=%zz", "p@ssS3cret", exitUsage},
 		{"mysql://alice:p@ssS3cret@tcp(127.0.0.1:1)/test", "p@ssS3cret", exitFail},
+		// "?", "&" and "@" in a password, unencoded, in every form.
+		{"postgres://app:Se?cretPW@127.0.0.1:badport/test", "Se?cretPW", exitUsage},
+		{"postgres://app:Se?cr@etPW@127.0.0.1:1/test?connect_timeout=5", "Se?cr@etPW", exitFail},
+		{"postgres://alice@127.0.0.1:1/test?password=Sec%26retPW&sslmode=bogus", "Sec&retPW", exitUsage},
+		{"host=127.0.0.1 port=1 user=alice password=Sec&retPW sslmode=bogus", "Sec&retPW", exitUsage},
+		{"host=127.0.0.1 port=1 user=alice password=Sec&retPW connect_timeout=5", "Sec&retPW", exitFail},
+		{"mysql://alice:p@ss?w0rd@tcp(127.0.0.1:1)/test", "p@ss?w0rd", exitFail},
+		{"alice:p@ss?w0rd@tcp(127.0.0.1:1)/test", "p@ss?w0rd", exitFail},
+		{"alice:p@ss?w0rd@tcp(127.0.0.1:1)/test?bogus=%zz", "p@ss?w0rd", exitUsage},
 	} {
 		dialect := []string{}
-		if !strings.Contains(tt.dsn, "://") {
+		switch {
+		case strings.Contains(tt.dsn, "@tcp(") && !strings.Contains(tt.dsn, "://"):
+			dialect = []string{"-dialect", "mysql"}
+		case !strings.Contains(tt.dsn, "://"):
 			dialect = []string{"-dialect", "postgres"}
 		}
 		for _, fromEnv := range []bool{false, true} {
@@ -624,10 +636,15 @@ func TestErrorsNeverShowTheDSNsPassword(t *testing.T) {
 			if code != tt.code {
 				t.Errorf("%q (from INBOX_DSN: %v): exit %d, want %d (stderr %q)", tt.dsn, fromEnv, code, tt.code, stderr)
 			}
-			for _, secret := range []string{tt.password, "S3cret", "ssS3cret"} {
+			for _, secret := range []string{tt.password, "S3cret", "ssS3cret", "retPW", "cretPW", "w0rd", "Sec%26retPW"} {
 				if strings.Contains(tt.password, secret) && strings.Contains(stderr, secret) {
 					t.Errorf("%q: stderr shows %q: %s", tt.dsn, secret, stderr)
 				}
+			}
+			// The rest of the line is as the driver wrote it: no letter of the password turned
+			// into xxxxx wherever it occurs.
+			if strings.Count(stderr, redacted) > 2 {
+				t.Errorf("%q: the line is mangled: %s", tt.dsn, stderr)
 			}
 		}
 	}
