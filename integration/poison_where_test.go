@@ -307,8 +307,8 @@ func TestPgxDeadlockElsewhereIsPoison(t *testing.T) {
 			theirsDone <- err
 		}()
 		_, err := mine.Exec(msg.Context(), "UPDATE "+locks+" SET n = n + 1 WHERE id = 2")
-		if err == nil {
-			err = <-theirsDone
+		if theirsErr := <-theirsDone; err == nil {
+			err = theirsErr
 		}
 		return err
 	})
@@ -344,7 +344,7 @@ func TestBadWebhookAheadOfGoodOrdersIsPoisoned(t *testing.T) {
 	if got := r.attemptsOf(bad.UUID); got > 1+poisonRetries {
 		t.Fatalf("the bad order was tried %d times, more than its %d retries: it holds the queue", got, poisonRetries)
 	}
-	r.waitAcked(t, 10, time.Now().Add(30*time.Second))
+	r.waitAcked(t, 1+10, time.Now().Add(30*time.Second)) // the poisoned one is acked too, by PoisonQueue
 	r.stop()
 	poisoned := r.poison.poisoned()
 	if len(poisoned) != 1 || poisoned[0].UUID != bad.UUID {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 )
@@ -33,7 +34,7 @@ func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.
 	var inserted bool
 	first := append(s.sql.lockTimeoutStatement(), s.sql.claimStatement(claim, s.pool.claimSkips(false), &inserted))
 	claimAt := len(first) - 1
-	if s.pool.checksTx() {
+	if s.pool.checksTx() == txCheckAlways {
 		first = append(first, s.sql.txMarkStatement()...)
 	}
 	failed, err := sess.begin(ctx, first)
@@ -133,12 +134,30 @@ type claimedTx struct {
 	store   *Store
 	claim   inbox.Claim
 	lost    bool // the session's connection broke, as Rollback found it
+	// handedOut: Handle was called, and marked the transaction (txCheckIfHandedOut), with
+	// markErr if the mark failed.
+	marked    sync.Once
+	handedOut bool
+	markErr   error
 	statementQueue
 }
 
 var _ inbox.Tx = (*claimedTx)(nil)
 
-func (t *claimedTx) Handle() any { return t.session.handle() }
+// Handle returns the session's handle. On a store whose handlers' statements the store does
+// not see, the first call marks the transaction for the check before COMMIT (see
+// commitGuard).
+func (t *claimedTx) Handle() any {
+	if t.store.pool.checksTx() == txCheckIfHandedOut {
+		t.marked.Do(func() {
+			t.handedOut = true
+			if m, ok := t.session.(interface{ mark([]statement) error }); ok {
+				t.markErr = m.mark(t.store.sql.txMarkStatement())
+			}
+		})
+	}
+	return t.session.handle()
+}
 
 // Commit sends the queued statements, the record of produced messages and COMMIT, as one
 // request where the store's driver can send one: one round trip whatever the handler queued.
@@ -153,7 +172,11 @@ func (t *claimedTx) Commit(ctx context.Context, produced []byte) error {
 		statements = append(statements, t.store.sql.recordStatement(t.claim, produced))
 	}
 	var claims bool
-	if t.store.pool.checksTx() {
+	t.marked.Do(func() {}) // the mark, if Handle sent it, happened before
+	if t.markErr != nil {
+		return t.session.abort(ctx, &storeError{fmt.Errorf("sqlinbox: mark the claim's transaction: %w", t.markErr)})
+	}
+	if when := t.store.pool.checksTx(); when == txCheckAlways || when == txCheckIfHandedOut && t.handedOut {
 		statements = append(statements, t.store.sql.txCheckStatement(t.claim, &claims)...)
 	}
 	failed, err := t.session.commit(ctx, statements)

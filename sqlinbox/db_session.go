@@ -60,6 +60,18 @@ func execStatement(ctx context.Context, tx *sql.Tx, st statement) error {
 
 func (s *dbSession) handle() any { return s.h }
 
+// mark sends statements in the transaction, when the handler first takes it: the claim's
+// context is the delivery's, which is not at hand, and the statements are the store's own,
+// without arguments of the handler's.
+func (s *dbSession) mark(statements []statement) error {
+	for _, st := range statements {
+		if err := execStatement(context.Background(), s.tx, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *dbSession) commit(ctx context.Context, statements []statement) (int, error) {
 	for i, st := range statements {
 		if err := execStatement(ctx, s.tx, st); err != nil {

@@ -88,6 +88,9 @@ func (p *multiPool) session(ctx context.Context) (session, error) {
 	return &multiSession{pool: p, conn: conn}, nil
 }
 
+// checksTx: the mark travels in the claim's request, the check in the commit's.
+func (p *multiPool) checksTx() txCheckWhen { return txCheckAlways }
+
 // claimSkips: a request's results are not read one by one, and its duplicate-key error stops
 // it.
 func (p *multiPool) claimSkips(bool) bool { return false }
