@@ -16,8 +16,7 @@ type dbSession struct {
 	tx   *sql.Tx
 	// h is what handlers get: tx, or the data layer's transaction over it ([Config.Begin]).
 	h any
-	// broken: a ROLLBACK failed, on a transaction the handler had not ended.
-	broken bool
+	sqlSessionState
 }
 
 // begin begins with a context that follows ctx only until the claim is in: database/sql
@@ -105,21 +104,25 @@ func (s *dbSession) run(ctx context.Context, statements []statement) (int, error
 
 func (s *dbSession) rollback(context.Context) error { return s.rolledBack(s.tx.Rollback()) }
 
+// sqlSessionState is what a session on a [*sql.Tx] knows of its connection: whether a ROLLBACK
+// failed on it.
+type sqlSessionState struct{ broken bool }
+
 // rolledBack returns the error of a ROLLBACK of the session's transaction, noting a failed one
 // as the connection's: a ROLLBACK fails on a working connection only for a transaction that
 // ended already (sql.ErrTxDone).
-func (s *dbSession) rolledBack(err error) error {
+func (s *sqlSessionState) rolledBack(err error) error {
 	if err != nil && !errors.Is(err, sql.ErrTxDone) {
 		s.broken = true
 	}
 	return sqlEnded(err)
 }
 
-func (s *dbSession) lost() bool { return s.broken }
+func (s *sqlSessionState) lost() bool { return s.broken }
 
 // raised: database/sql shows the store nothing of the handler's statements on the [*sql.Tx],
 // so an error counts by its code alone (see [Store.IsTransient]).
-func (s *dbSession) raised(err error, transient func(error) bool) bool { return transient(err) }
+func (s *sqlSessionState) raised(err error, transient func(error) bool) bool { return transient(err) }
 
 // rollbackAndSelect reads in the transaction, then rolls it back. Under READ COMMITTED the read
 // takes a snapshot of its own, so it also sees a claim committed while this one waited for

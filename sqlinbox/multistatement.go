@@ -100,8 +100,7 @@ type multiSession struct {
 	pool *multiPool
 	conn *sql.Conn
 	tx   *sql.Tx // the transaction the claim's request began, adopted by database/sql
-	// broken: a ROLLBACK failed, on a transaction the handler had not ended.
-	broken bool
+	sqlSessionState
 }
 
 func (s *multiSession) begin(ctx context.Context, first []statement) (int, error) {
@@ -156,19 +155,6 @@ func (s *multiSession) run(ctx context.Context, statements []statement) (int, er
 }
 
 func (s *multiSession) rollback(context.Context) error { return s.rolledBack(s.tx.Rollback()) }
-
-// rolledBack is dbSession's.
-func (s *multiSession) rolledBack(err error) error {
-	if err != nil && !errors.Is(err, sql.ErrTxDone) {
-		s.broken = true
-	}
-	return sqlEnded(err)
-}
-
-func (s *multiSession) lost() bool { return s.broken }
-
-// raised is dbSession's: by the code alone.
-func (s *multiSession) raised(err error, transient func(error) bool) bool { return transient(err) }
 
 // rollbackAndSelect sends ROLLBACK and the read of the committed claim as one request.
 func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
