@@ -205,6 +205,12 @@ func (t *claimedTx) Commit(ctx context.Context, produced []byte) error {
 func (t *claimedTx) Rollback(ctx context.Context) error {
 	defer t.session.release()
 	err := t.session.rollback(ctx)
+	t.marked.Do(func() {})
+	if t.markErr != nil {
+		// The mark rolled the transaction back already: its failure is what ended it, and
+		// what the handler's statements after it met (sql.ErrTxDone).
+		return &storeError{fmt.Errorf("sqlinbox: mark the claim's transaction when the handler took it: %w", t.markErr)}
+	}
 	t.lost = t.session.lost()
 	if err != nil && t.lost {
 		return &storeError{err}
@@ -220,5 +226,7 @@ func (t *claimedTx) IsTransient(err error) bool {
 	if err == nil || errors.Is(err, inbox.ErrRecordTooLarge) {
 		return false
 	}
-	return t.lost || t.session.raised(err, t.store.sql.dialect.IsTransient)
+	t.marked.Do(func() {})
+	// A mark that failed is the store's own statement failing, and ended the transaction.
+	return t.lost || t.markErr != nil || t.session.raised(err, t.store.sql.dialect.IsTransient)
 }

@@ -61,10 +61,15 @@ func (s *dbSession) handle() any { return s.h }
 
 // mark sends statements in the transaction, when the handler first takes it: the claim's
 // context is the delivery's, which is not at hand, and the statements are the store's own,
-// without arguments of the handler's.
+// without arguments of the handler's. A mark that fails rolls the transaction back at once,
+// so that the handler's statements fail (sql.ErrTxDone) instead of running outside it: the
+// error the mark met may be the transaction's end (a Galera node's write-set aborting it,
+// whose 1213 goes to the next statement, the mark's), after which the server would run the
+// handler's statements in autocommit.
 func (s *dbSession) mark(statements []statement) error {
 	for _, st := range statements {
 		if err := execStatement(context.Background(), s.tx, st); err != nil {
+			_ = s.rolledBack(s.tx.Rollback())
 			return err
 		}
 	}
