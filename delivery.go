@@ -29,11 +29,16 @@ type delivery struct {
 
 	handler string
 	claim   Claim // what the message is claimed as; set by identify
-	// overran is set when the handler failed after its context's deadline (middleware.Timeout
-	// inside the inbox): its error is its own, whatever its statements were cut off with.
+	// overran is set when the handler failed after a deadline, its context's
+	// (middleware.Timeout inside the inbox) or its own (an error wrapping
+	// context.DeadlineExceeded): its error is its own, whatever its statements were cut off
+	// with.
 	overran bool
-	attrs   *measurementOptions
-	begun   time.Time
+	// judged is set when the error is the handler's, judged where it was returned
+	// (handlerFailed): the store's IsTransient is not asked about it again.
+	judged bool
+	attrs  *measurementOptions
+	begun  time.Time
 }
 
 func (m *middleware) newDelivery(msg *message.Message) *delivery {
@@ -72,10 +77,7 @@ func (d *delivery) claimFirst(h message.HandlerFunc) ([]*message.Message, error)
 	sc := &scope{inbox: d.m, key: d.claim.Key, tx: tx}
 	returned, _, pubs, err := d.run(h, sc, func() { _ = d.rollback(tx) })
 	if err != nil {
-		if rbErr := d.rollback(tx); rbErr != nil {
-			err = errors.Join(err, rbErr)
-		}
-		return nil, err
+		return nil, d.handlerFailed(tx, err)
 	}
 	encoded, err := d.encode(returned, pubs)
 	if err != nil {
@@ -97,6 +99,7 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 	sc := &scope{inbox: d.m, key: d.claim.Key}
 	returned, queued, pubs, err := d.run(h, sc, func() {})
 	if err != nil {
+		d.judged = true // the handler ran without a transaction of the store's: its error is its own
 		return nil, err
 	}
 	encoded, err := d.encode(returned, pubs)
@@ -147,7 +150,13 @@ func (d *delivery) run(h message.HandlerFunc, sc *scope, onPanic func()) (
 		}
 	}()
 	returned, err = h(d.msg)
-	d.overran = err != nil && errors.Is(d.msg.Context().Err(), context.DeadlineExceeded)
+	if err != nil {
+		ctxErr := d.msg.Context().Err()
+		d.overran = errors.Is(ctxErr, context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)
+		if ctxErr == nil && errors.Is(err, context.Canceled) {
+			err = &cancelledByHandler{err} // a context of the handler's own: see Poisonous
+		}
+	}
 	queued, pubs = sc.end()
 	endSpan(span, err)
 	if err != nil {

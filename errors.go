@@ -27,9 +27,13 @@ var (
 	ErrNoConsumer = errors.New("inbox: no consumer name")
 
 	// ErrTxEndedByHandler is wrapped by the error a store's Commit or Rollback returns when
-	// the handler committed or rolled back the inbox transaction itself. The transaction
-	// belongs to the middleware; the message is nacked, and its redelivery is either a
-	// duplicate (the handler committed) or processed again (it rolled back).
+	// the handler committed or rolled back the inbox transaction itself, through its
+	// driver's Commit or Rollback or with a statement (ROLLBACK, COMMIT, START TRANSACTION,
+	// a MySQL statement that commits implicitly), and by a store's refusal of such a statement
+	// before it is sent (package sqlinbox refuses it among queued statements and on a pgx
+	// handler's pgx.Tx). The transaction belongs to the middleware; the message is nacked,
+	// never acked, and its redelivery is either a duplicate (the handler's COMMIT was sent) or
+	// processed again.
 	ErrTxEndedByHandler = errors.New("inbox: the handler ended the inbox transaction itself")
 
 	// ErrFingerprintMismatch is matched ([errors.Is]) by every *FingerprintMismatchError.

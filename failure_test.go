@@ -273,3 +273,75 @@ func TestHandlerThatOverranItsTimeoutIsPoisonous(t *testing.T) {
 		t.Errorf("err = %v, Poisonous = %v; want the deadline, poisonous", err, inbox.Poisonous(err))
 	}
 }
+
+// judgingStore is a classifyingStore whose transactions judge the handler's error themselves,
+// as sqlinbox's do: only errDatabaseDown met on the transaction (metOnTx) is the
+// infrastructure's, whatever the store's IsTransient says of its type.
+type judgingStore struct{ classifyingStore }
+
+// metOnTx stands for an error the database raised on the claim's transaction.
+var metOnTx = fmt.Errorf("deadlock on the inbox transaction: %w", errDatabaseDown)
+
+type judgingTx struct{ *fakeTx }
+
+func (judgingTx) IsTransient(err error) bool { return errors.Is(err, metOnTx) }
+
+func (s judgingStore) Claim(ctx context.Context, c inbox.Claim) (inbox.Tx, *inbox.Record, error) {
+	tx, prior, err := s.classifyingStore.Claim(ctx, c)
+	if tx != nil {
+		tx = judgingTx{tx.(*fakeTx)}
+	}
+	return tx, prior, err
+}
+
+// A handler's error is judged where it happened: by the claim's transaction where it can
+// judge (a deadlock met on it is the infrastructure's, the same type elsewhere is not); a
+// deadline or a cancellation of the handler's own is the message's whatever it wraps; a
+// team's own error marked with inbox.Infrastructure is the infrastructure's.
+func TestHandlerErrorsAreJudgedByWhereTheyHappened(t *testing.T) {
+	ownDeadline := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+		defer cancel()
+		<-ctx.Done()
+		return fmt.Errorf("%w: %w", errDatabaseDown, ctx.Err())
+	}
+	ownCancel := func() error {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return fmt.Errorf("call the warehouse: %w", ctx.Err())
+	}
+	for _, tt := range []struct {
+		name      string
+		store     inbox.Store
+		handler   func() error
+		poisonous bool
+	}{
+		{"met on the transaction, which judges", judgingStore{classifyingStore{newFakeStore()}}, func() error { return metOnTx }, false},
+		{"the same type elsewhere, the transaction judging", judgingStore{classifyingStore{newFakeStore()}},
+			func() error { return fmt.Errorf("another service: %w", errDatabaseDown) }, true},
+		{"the same type, a store whose transaction does not judge", classifyingStore{newFakeStore()},
+			func() error { return fmt.Errorf("another service: %w", errDatabaseDown) }, false},
+		{"the handler's own deadline", classifyingStore{newFakeStore()}, ownDeadline, true},
+		{"the handler's own cancellation", classifyingStore{newFakeStore()}, ownCancel, true},
+		{"marked with Infrastructure", newFakeStore(), func() error { return inbox.Infrastructure(errors.New("the ledger is away")) }, false},
+		{"marked with Infrastructure, the transaction judging", judgingStore{classifyingStore{newFakeStore()}},
+			func() error { return inbox.Infrastructure(errors.New("the ledger is away")) }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			want := tt.handler()
+			handler := newHandler(t, tt.store, inbox.Config{Consumer: "billing"}, nil, func(*message.Message) ([]*message.Message, error) {
+				return nil, want
+			})
+			_, err := handler(message.NewMessage("order-1", nil))
+			if !errors.Is(err, want) {
+				t.Fatalf("the middleware's error %v does not wrap the handler's", err)
+			}
+			if got := inbox.Poisonous(err); got != tt.poisonous {
+				t.Errorf("Poisonous(%v) = %v, want %v", err, got, tt.poisonous)
+			}
+		})
+	}
+	if inbox.Infrastructure(nil) != nil {
+		t.Error("Infrastructure(nil) is not nil")
+	}
+}

@@ -263,7 +263,7 @@ func (m *middleware) handle(h message.HandlerFunc, msg *message.Message) (produc
 			d.end(fmt.Errorf("panic: %v", recovered))
 			panic(recovered) // the router (or middleware.Recoverer) turns it into a nack
 		}
-		err = m.markInfrastructure(err, d.overran)
+		err = m.markInfrastructure(err, d.judged)
 		d.end(err)
 	}()
 	if err := d.identify(); err != nil {

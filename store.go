@@ -46,6 +46,13 @@ type Record struct {
 // the next delivery finds out which, as a duplicate or as a new claim). A Commit that
 // fails before COMMIT is sent rolls back. The conformance suite in package inboxtest checks
 // this contract on a real database.
+//
+// A Tx may also have a method IsTransient(err error) bool, which the middleware calls after
+// Rollback with the error the handler returned: true when that error is a failure of the
+// store's own database on this transaction (the session's connection lost, a deadlock or lock
+// timeout the database raised on it), false for anything else the handler returns, so that
+// [Poisonous] reports a handler's failure by where it happened (sqlinbox's transactions have
+// one). Without it, the middleware asks the store's IsTransient method, if it has one.
 type Tx interface {
 	// Handle returns what handlers write through: the driver's transaction (pgx.Tx,
 	// *sql.Tx) or the data layer's over it; [TxFromContext] hands it out. It is valid until

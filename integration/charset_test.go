@@ -265,3 +265,48 @@ func TestQueuedSessionChangeIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// A queued PREPARE of a SET NAMES and its EXECUTE, ahead of an INSERT whose argument breaks
+// out of the driver's escaping in GBK (U+0801, then a quote, then SQL that drops a canary
+// table): refused on both MySQL stores in both modes, as a SET NAMES is, whatever text the
+// PREPARE holds. The canary stands, nothing is written, and the connection keeps utf8mb4.
+func TestQueuedPreparedSessionChangeIsRefused(t *testing.T) {
+	eachMySQLStore(t, func(t *testing.T, kind string, writeBehind bool) {
+		ctx := context.Background()
+		store, db := mysqlPool(t, kind, "", sqlinbox.Config{Table: testenv.Name("inbox")})
+		b := mysqlBackendOn(t, store)
+		canary := testenv.Name("canary")
+		mustExec(t, b.direct, "CREATE TABLE "+canary+" (id INT PRIMARY KEY)")
+		t.Cleanup(func() { _ = b.direct.exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+canary) })
+		// After the quote, no quote of its own: the driver would escape it, out of reach of
+		// the lead byte. 0x62696c6c696e67 is 'billing', 0x696e6a6563746564 'injected'.
+		hostile := "\u0801'), (0x62696c6c696e67, 0x696e6a6563746564); DROP TABLE " + canary + "; -- "
+		mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing", WriteBehind: writeBehind}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := mw(func(msg *message.Message) ([]*message.Message, error) {
+			for _, st := range []string{"PREPARE inbox_s FROM 'SET NAMES gbk'", "EXECUTE inbox_s"} {
+				if err := inbox.ExecAtCommit(msg.Context(), st); err != nil {
+					return nil, err
+				}
+			}
+			return nil, inbox.ExecAtCommit(msg.Context(), "INSERT INTO "+b.business+" (consumer, msg_key) VALUES (?, ?)", "billing", hostile)
+		})
+		if _, err := h(message.NewMessage(watermill.NewUUID(), nil)); err == nil || !strings.Contains(err.Error(), "queued statement 1: refused") {
+			t.Errorf("%v; want a refusal of queued statement 1, the PREPARE", err)
+		}
+		var n int
+		if err := b.direct.exec(ctx, "SELECT 1 FROM "+canary); err != nil {
+			t.Errorf("the canary table: %v", err)
+		}
+		if n = b.rows(t, b.business, ""); n != 0 {
+			t.Errorf("%d invoices, want none", n)
+		}
+		wantRows(t, "claims", b.rows(t, b.table, ""), 0)
+		var charset string
+		if err := db.QueryRowContext(ctx, "SELECT @@character_set_client").Scan(&charset); err != nil || charset != "utf8mb4" {
+			t.Errorf("the pool's connection: character_set_client %q, err %v; want utf8mb4", charset, err)
+		}
+	})
+}

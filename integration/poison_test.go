@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,6 +194,13 @@ func startPacedRun(t *testing.T, db *pacedDB, broker pacedBroker, table string) 
 			r.mu.Unlock()
 			if msg.Metadata.Get("refuse") != "" {
 				return errRefusedOrder
+			}
+			if hook := msg.Metadata.Get("webhook"); hook != "" {
+				// The order's webhook, as its producer gave it: a URL that does not parse fails
+				// every delivery of this message alike.
+				if _, err := url.Parse(hook); err != nil {
+					return fmt.Errorf("notify the order's webhook: %w", err)
+				}
 			}
 			tx, ok := inTx(msg.Context())
 			if !ok {

@@ -29,7 +29,8 @@ type charsetGuard interface {
 	// the store then reads the session's character set to tell.
 	mayBeCharsetRefusal(err error) bool
 	// sessionChange names what a queued statement changes of how the server reads the
-	// statements after it (a SET of sql_mode or of the character set), or "".
+	// statements after it (a SET of sql_mode or of the character set, a prepared statement
+	// that may run one), or "".
 	sessionChange(statement string) string
 }
 
@@ -99,19 +100,36 @@ func (s *Store) explainClaim(ctx context.Context, sess session, err error) error
 	return charsetError(charset, err)
 }
 
-// checkQueued refuses a queued statement that changes how the server reads the statements
-// after it: the driver escaped their parameters by the session as it was before.
+// checkQueued refuses a queued statement that ends the inbox transaction (see txGuard), and
+// one that changes how the server reads the statements after it: the driver escaped their
+// parameters by the session as it was before. Each statement of a queued text is read, so that
+// a text of several (a multi-statement request's) hides none.
 func (s statements) checkQueued(queued []statement) error {
-	guard, ok := s.dialect.(charsetGuard)
-	if !ok {
-		return nil
-	}
+	tx, readsTx := s.dialect.(txGuard)
+	charset, readsCharset := s.dialect.(charsetGuard)
 	for i, st := range queued {
-		if changed := guard.sessionChange(st.sql); changed != "" {
-			return fmt.Errorf("sqlinbox: queued statement %d: refused: it sets the session's %s, and the driver escaped "+
-				"the parameters of the statements after it by the session as it was before (interpolateParams=true), which "+
-				"a new character set or sql_mode can read otherwise; set it in the DSN (charset=utf8mb4, sql_mode) or "+
-				"outside the inbox transaction", i+1, changed)
+		if readsTx {
+			if err := refuseTxEnd(tx, st.sql); err != nil {
+				return fmt.Errorf("sqlinbox: queued statement %d: %w", i+1, err)
+			}
+		}
+		if !readsCharset {
+			continue
+		}
+		texts := []string{st.sql}
+		if readsTx {
+			texts = texts[:0]
+			for _, part := range tx.lexicon().statements(st.sql) {
+				texts = append(texts, part.text)
+			}
+		}
+		for _, text := range texts {
+			if changed := charset.sessionChange(text); changed != "" {
+				return fmt.Errorf("sqlinbox: queued statement %d: refused: it can change the session's character set or "+
+					"sql_mode (%s), and the driver escaped the parameters of the statements after it by the session as it was "+
+					"before (interpolateParams=true), which a new character set or sql_mode can read otherwise; set them in "+
+					"the DSN (charset=utf8mb4, sql_mode) or outside the inbox transaction", i+1, changed)
+			}
 		}
 	}
 	return nil

@@ -17,6 +17,10 @@ func TestMySQLSessionChange(t *testing.T) {
 		"/*M!100100 SET sql_mode = '' */":                                    "sql_mode",
 		"SET STATEMENT sql_mode = '' FOR INSERT INTO t VALUES (?)":           "sql_mode",
 		"SET\tNAMES utf8mb4":                                                 "names",
+		"PREPARE s FROM 'SET NAMES gbk'":                                     "PREPARE",
+		"prepare s from @text":                                               "PREPARE",
+		"EXECUTE s":                                                          "EXECUTE",
+		"/*!50000 EXECUTE s */":                                              "EXECUTE",
 	}
 	for statement, want := range refused {
 		if got := (MySQL{}).sessionChange(statement); got != want {
@@ -34,6 +38,8 @@ func TestMySQLSessionChange(t *testing.T) {
 		"-- SET NAMES gbk\nINSERT INTO t VALUES (1)",
 		"SET my_names = 1",
 		"SET names_of_things = 1",
+		"SELECT execute_at FROM t",
+		"INSERT INTO prepared (a) VALUES (1)",
 	}
 	for _, statement := range allowed {
 		if got := (MySQL{}).sessionChange(statement); got != "" {

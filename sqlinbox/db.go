@@ -14,6 +14,13 @@ import (
 // database a [Dialect] speaks. Handlers get a [*sql.Tx] from inbox.TxFromContext[*sql.Tx], or,
 // with [Config.Begin], the transaction their data layer began over it
 // (inbox.TxFromContext[*sqlx.Tx]).
+//
+// The store does not see what a handler sends on its transaction, so a handler that takes it
+// costs a check that the transaction is still the claim's before COMMIT: on PostgreSQL one
+// statement (the claim's row was inserted by the current transaction), on [MySQL] and [SQLite]
+// a savepoint sent when the handler takes the transaction and its RELEASE (a transaction's
+// end drops its savepoints). A handler's own ROLLBACK, COMMIT or implicit commit is then an
+// error wrapping inbox.ErrTxEndedByHandler, never an ack.
 func NewDB(db *sql.DB, dialect Dialect, config Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlinbox: NewDB: db is nil")
@@ -73,6 +80,9 @@ func (p *dbPool) hold(ctx context.Context, f func(q querier) (broken bool, err e
 }
 
 func (p *dbPool) maxConns() int { return p.db.Stats().MaxOpenConnections }
+
+// checksTx: the handler's statements on the *sql.Tx reach the database without the store.
+func (p *dbPool) checksTx() txCheckWhen { return txCheckIfHandedOut }
 
 // claimSkips: a statement at a time, so the claim's row says before anything else is sent.
 func (p *dbPool) claimSkips(bool) bool { return true }

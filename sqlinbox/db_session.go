@@ -16,6 +16,7 @@ type dbSession struct {
 	tx   *sql.Tx
 	// h is what handlers get: tx, or the data layer's transaction over it ([Config.Begin]).
 	h any
+	sqlSessionState
 }
 
 // begin begins with a context that follows ctx only until the claim is in: database/sql
@@ -58,10 +59,30 @@ func execStatement(ctx context.Context, tx *sql.Tx, st statement) error {
 
 func (s *dbSession) handle() any { return s.h }
 
+// mark sends statements in the transaction, when the handler first takes it: the claim's
+// context is the delivery's, which is not at hand, and the statements are the store's own,
+// without arguments of the handler's. A mark that fails rolls the transaction back at once,
+// so that the handler's statements fail (sql.ErrTxDone) instead of running outside it: the
+// error the mark met may be the transaction's end (a Galera node's write-set aborting it,
+// whose 1213 goes to the next statement, the mark's), after which the server would run the
+// handler's statements in autocommit.
+func (s *dbSession) mark(statements []statement) error {
+	for _, st := range statements {
+		if err := execStatement(context.Background(), s.tx, st); err != nil {
+			_ = s.rolledBack(s.tx.Rollback())
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *dbSession) commit(ctx context.Context, statements []statement) (int, error) {
 	for i, st := range statements {
 		if err := execStatement(ctx, s.tx, st); err != nil {
 			return i, sqlEnded(err)
+		}
+		if st.kind == kindTxCheck && st.found != nil && !*st.found {
+			return i, errTxCheckFailed
 		}
 	}
 	return len(statements), sqlEnded(s.tx.Commit())
@@ -86,7 +107,27 @@ func (s *dbSession) run(ctx context.Context, statements []statement) (int, error
 	return len(statements), s.tx.Commit()
 }
 
-func (s *dbSession) rollback(context.Context) error { return sqlEnded(s.tx.Rollback()) }
+func (s *dbSession) rollback(context.Context) error { return s.rolledBack(s.tx.Rollback()) }
+
+// sqlSessionState is what a session on a [*sql.Tx] knows of its connection: whether a ROLLBACK
+// failed on it.
+type sqlSessionState struct{ broken bool }
+
+// rolledBack returns the error of a ROLLBACK of the session's transaction, noting a failed one
+// as the connection's: a ROLLBACK fails on a working connection only for a transaction that
+// ended already (sql.ErrTxDone).
+func (s *sqlSessionState) rolledBack(err error) error {
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		s.broken = true
+	}
+	return sqlEnded(err)
+}
+
+func (s *sqlSessionState) lost() bool { return s.broken }
+
+// raised: database/sql shows the store nothing of the handler's statements on the [*sql.Tx],
+// so an error counts by its code alone (see [Store.IsTransient]).
+func (s *sqlSessionState) raised(err error, transient func(error) bool) bool { return transient(err) }
 
 // rollbackAndSelect reads in the transaction, then rolls it back. Under READ COMMITTED the read
 // takes a snapshot of its own, so it also sees a claim committed while this one waited for
@@ -104,7 +145,7 @@ func (s *dbSession) abort(_ context.Context, cause error) error {
 	if s.tx == nil {
 		return cause
 	}
-	if err := s.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if err := s.rolledBack(s.tx.Rollback()); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return errors.Join(cause, fmt.Errorf("sqlinbox: rollback: %w", err))
 	}
 	return cause

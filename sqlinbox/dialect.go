@@ -105,12 +105,14 @@ type Dialect interface {
 	// primary key's name that its table check read ([Table.PrimaryKey]), so that a key of any
 	// name is recognised.
 	IsDuplicateKey(err error, t Table) bool
-	// IsTransient reports whether err, from a statement or a connection of this database, is
-	// a failure of the database rather than of the message: a deadlock or serialization
-	// failure, a lock timeout, a server that is shutting down, starting up, read-only or not
-	// ready, too many connections. A redelivery later gets past it. The store adds what is
-	// transient on every database (a refused, reset or closed connection, a timeout waiting
-	// for a connection).
+	// IsTransient reports whether err holds an error this database's server raises for a
+	// failure of the database rather than of the message, by its code: a deadlock or
+	// serialization failure, a lock timeout, a server that is shutting down, starting up,
+	// read-only or not ready, too many connections. A redelivery later gets past it, and no
+	// message's content causes it. It must not report a client's errors (a connection
+	// refused, a timeout, an address that does not parse): the same types come from the
+	// handler's calls to other services, and the store tells its own session's failures by
+	// the session (see [Store.IsTransient]).
 	IsTransient(err error) bool
 
 	// Begin is the statement that begins a transaction, for a store that sends it in a batch

@@ -188,8 +188,16 @@ func (MySQL) mayBeCharsetRefusal(err error) bool {
 // parameters of every statement of a request into its text before the server runs the first,
 // by the session's state as it was before the request, so a statement after such a SET could
 // be read otherwise than it was escaped; a SET STATEMENT ... FOR is refused as well.
+//
+// PREPARE and EXECUTE are refused as well ("PREPARE", "EXECUTE"): the statement they prepare
+// and run is text the store cannot read (PREPARE s FROM @text), a SET NAMES among others.
 func (MySQL) sessionChange(statement string) string {
 	text := strings.ToLower(skipLeadingComments(statement))
+	for _, prepared := range []string{"prepare", "execute"} {
+		if strings.HasPrefix(text, prepared) && (len(text) == len(prepared) || !isIdentifierByte(text[len(prepared)])) {
+			return strings.ToUpper(prepared)
+		}
+	}
 	if !strings.HasPrefix(text, "set") || (len(text) > 3 && isIdentifierByte(text[3])) {
 		return ""
 	}
@@ -202,6 +210,55 @@ func (MySQL) sessionChange(statement string) string {
 // mysqlSessionChange finds what sessionChange refuses in a lower-cased SET statement: a
 // system variable, not a user variable (@sql_mode), nor part of another name.
 var mysqlSessionChange = regexp.MustCompile(`(?:^|[^\w@$]|@@)(sql_mode|names|charset|character\s+set|character_set_[a-z_]+)(?:[^\w$]|$)`)
+
+// commitCheck: a savepoint right after the claim, released before COMMIT: COMMIT, ROLLBACK, a
+// new transaction and every implicit commit drop it, and its RELEASE then fails with error 1305
+// (there is no transaction id to compare, as on PostgreSQL, that every server version shows).
+func (MySQL) commitCheck(Table) (mark, check string, returnsRow bool) {
+	return "SAVEPOINT " + claimSavepoint, "RELEASE SAVEPOINT " + claimSavepoint, false
+}
+
+// checkFailed recognises error 1305 (ER_SP_DOES_NOT_EXIST) on the claim's savepoint.
+func (MySQL) checkFailed(err error) bool {
+	number, message, ok := mysqlError(err)
+	return ok && number == 1305 && strings.Contains(message, claimSavepoint)
+}
+
+// lexicon: MySQL's quotes and comments (see txGuard).
+func (MySQL) lexicon() sqlLexicon { return sqlLexicon{mysql: true} }
+
+// endsTransaction names the statements that end a [MySQL] transaction: COMMIT, ROLLBACK, BEGIN,
+// START TRANSACTION, XA, and the statements that commit it implicitly before they run
+// (data definition but of temporary tables, account management, table maintenance, LOCK and
+// UNLOCK TABLES, SET autocommit, SET PASSWORD, FLUSH, RESET, plugins). A stored procedure that
+// commits (CALL) is not seen: its text is on the server.
+func (MySQL) endsTransaction(st sqlStatement) string {
+	if what := endsTransactionStandard(st); what != "" {
+		return what
+	}
+	w := st.word(0)
+	switch {
+	case (w == "create" || w == "drop") && st.word(1) == "temporary":
+		return "" // a temporary table's DDL commits nothing
+	case w == "set" && (st.word(1) == "password" || mysqlAutocommit.MatchString(st.text)),
+		(w == "cache" || w == "load") && st.word(1) == "index",
+		mysqlImplicitCommits[w]:
+		return "an implicit commit (" + strings.ToUpper(strings.Join(st.words, " ")) + ")"
+	}
+	return ""
+}
+
+// mysqlImplicitCommits are the first words of the statements that commit a transaction
+// implicitly (the manual's "Statements That Cause an Implicit Commit").
+var mysqlImplicitCommits = map[string]bool{
+	"alter": true, "create": true, "drop": true, "rename": true, "truncate": true,
+	"grant": true, "revoke": true, "analyze": true, "optimize": true, "repair": true,
+	"flush": true, "reset": true, "install": true, "uninstall": true,
+	"lock": true, "unlock": true, "xa": true,
+}
+
+// mysqlAutocommit finds a SET of autocommit, which commits the transaction when it turns it on.
+var mysqlAutocommit = regexp.MustCompile(`(?:^|[^\w@$]|@@)autocommit(?:[^\w$]|$)`)
 
 // InsertClaimOrSkip: none; a duplicate's error 1062 leaves InnoDB's transaction usable.
 func (MySQL) InsertClaimOrSkip(Table) string { return "" }
@@ -246,18 +303,17 @@ func (MySQL) IsDuplicateKey(err error, t Table) bool {
 }
 
 // IsTransient: the server's errors of a database that fails the statement, not the message,
-// and the driver's error for a connection that broke mid-statement, whose outcome is unknown.
+// by their number: a state of the server or a race between transactions, which a later attempt
+// gets past and which no message's content causes. It says nothing of where the error was
+// raised: the store tells its own session's failures (go-sql-driver/mysql's "invalid
+// connection" among them) by the session, not by the error (see Store.IsTransient).
 func (MySQL) IsTransient(err error) bool {
-	if number, _, ok := mysqlError(err); ok {
-		_, transient := mysqlTransient[number]
-		return transient
+	number, _, ok := mysqlError(err)
+	if !ok {
+		return false
 	}
-	for _, e := range errorChain(err) {
-		if e.Error() == "invalid connection" { // go-sql-driver/mysql's ErrInvalidConn
-			return true
-		}
-	}
-	return false
+	_, transient := mysqlTransient[number]
+	return transient
 }
 
 // mysqlTransient are the server's errors that a later attempt gets past.

@@ -3,7 +3,6 @@ package sqlinbox
 import (
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -143,16 +142,21 @@ func (Postgres) IsDuplicateKey(err error, t Table) bool {
 		(t.Schema == "" || pgErr.SchemaName == t.Schema)
 }
 
-// IsTransient: the SQLSTATEs of a database that fails the statement, not the message, and a
-// connection pgx could not make (a refused connection, a server starting up, a password
-// changed while the service runs).
+// IsTransient: the SQLSTATEs a server raises for a state of its own or a race between
+// transactions, which a later attempt gets past and which no message's content causes. It
+// reads the code alone, so it says nothing of where the error was raised: the store tells its
+// own session's failures (a connection lost, refused or timed out, told by the session rather
+// than by the error's type) and leaves out what the handler met elsewhere (see
+// Store.IsTransient). Class 08 is not among them: a connection exception the server raises
+// is a protocol violation (08P01: a statement with more placeholders than arguments, in
+// QueryExecModeExec) or another server's connection (postgres_fdw, dblink), and neither is
+// the inbox's database failing; and an error inside a [*pgconn.ConnectError] is a connection
+// that could not be made, which on the store's own pool the store marks itself (a handler's
+// to another database is the message's).
 func (Postgres) IsTransient(err error) bool {
 	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) || pgconn.Timeout(err) {
-		return true
-	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	if errors.As(err, &connectErr) || !errors.As(err, &pgErr) {
 		return false
 	}
 	switch pgErr.Code {
@@ -167,10 +171,41 @@ func (Postgres) IsTransient(err error) bool {
 		"53300": // too_many_connections
 		return true
 	}
-	return strings.HasPrefix(pgErr.Code, "08") // connection_exception and its subclasses
+	return false
 }
 
 func (Postgres) Begin() string { return "BEGIN" }
+
+// commitCheck: the claim's row was inserted by this very transaction (its xmin, the inserting
+// transaction's id, is the current one's, txid_current() without its epoch), so a transaction
+// that a handler's ROLLBACK, COMMIT or COMMIT and BEGIN ended returns no row: one index lookup
+// of the claim, and no mark.
+func (Postgres) commitCheck(t Table) (mark, check string, returnsRow bool) {
+	return "", `SELECT 1 FROM ` + t.Quoted + ` WHERE consumer = $1 AND message_id = $2 AND xmin::text::bigint = txid_current() % 4294967296`, true
+}
+
+func (Postgres) checkFailed(error) bool { return false } // the check says so by its row
+
+// lexicon: PostgreSQL's quotes and comments (see txGuard).
+func (Postgres) lexicon() sqlLexicon { return sqlLexicon{postgres: true} }
+
+// endsTransaction names the statements that end a PostgreSQL transaction: COMMIT, END,
+// ROLLBACK, ABORT, BEGIN and START TRANSACTION (which inside a transaction only warn, but are
+// a handler's transaction control all the same), and PREPARE TRANSACTION, which hands the
+// transaction to two-phase commit. A procedure or DO block cannot end a transaction that a
+// BEGIN opened: the server refuses its COMMIT.
+func (Postgres) endsTransaction(st sqlStatement) string {
+	if what := endsTransactionStandard(st); what != "" {
+		return what
+	}
+	switch {
+	case st.word(0) == "abort":
+		return "ABORT"
+	case st.word(0) == "prepare" && st.word(1) == "transaction":
+		return "PREPARE TRANSACTION"
+	}
+	return ""
+}
 
 // LockTimeout: set_config(..., true) is SET LOCAL with a parameter; it ends with the
 // transaction, so it is safe behind a pooler in transaction mode.

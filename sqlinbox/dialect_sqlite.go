@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -175,6 +176,24 @@ func sqliteCode(err error) (int, bool) {
 }
 
 func (SQLite) Begin() string { return "BEGIN" }
+
+// commitCheck: a savepoint right after the claim, released before COMMIT, as on [MySQL]; in
+// the process, so it costs no round trip.
+func (SQLite) commitCheck(Table) (mark, check string, returnsRow bool) {
+	return "SAVEPOINT " + claimSavepoint, "RELEASE SAVEPOINT " + claimSavepoint, false
+}
+
+// checkFailed recognises SQLite's "no such savepoint" on the claim's.
+func (SQLite) checkFailed(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such savepoint: "+claimSavepoint)
+}
+
+// lexicon: SQLite's quotes and comments (see txGuard).
+func (SQLite) lexicon() sqlLexicon { return sqlLexicon{sqlite: true} }
+
+// endsTransaction names the statements that end an [SQLite] transaction: COMMIT, END,
+// ROLLBACK, BEGIN. Its data definition is transactional.
+func (SQLite) endsTransaction(st sqlStatement) string { return endsTransactionStandard(st) }
 
 // LockTimeout: a pragma takes no parameters; the value is a number formatted here.
 func (SQLite) LockTimeout(timeout time.Duration) (string, []any) {

@@ -88,6 +88,9 @@ func (p *multiPool) session(ctx context.Context) (session, error) {
 	return &multiSession{pool: p, conn: conn}, nil
 }
 
+// checksTx: the mark travels in the claim's request, the check in the commit's.
+func (p *multiPool) checksTx() txCheckWhen { return txCheckAlways }
+
 // claimSkips: a request's results are not read one by one, and its duplicate-key error stops
 // it.
 func (p *multiPool) claimSkips(bool) bool { return false }
@@ -97,6 +100,7 @@ type multiSession struct {
 	pool *multiPool
 	conn *sql.Conn
 	tx   *sql.Tx // the transaction the claim's request began, adopted by database/sql
+	sqlSessionState
 }
 
 func (s *multiSession) begin(ctx context.Context, first []statement) (int, error) {
@@ -150,7 +154,7 @@ func (s *multiSession) run(ctx context.Context, statements []statement) (int, er
 	return 0, nil
 }
 
-func (s *multiSession) rollback(context.Context) error { return sqlEnded(s.tx.Rollback()) }
+func (s *multiSession) rollback(context.Context) error { return s.rolledBack(s.tx.Rollback()) }
 
 // rollbackAndSelect sends ROLLBACK and the read of the committed claim as one request.
 func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
@@ -176,13 +180,14 @@ func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args
 func (s *multiSession) abort(ctx context.Context, cause error) error {
 	ctx = context.WithoutCancel(ctx) // the transaction must end, whatever happens to ctx
 	if s.tx != nil {
-		if err := s.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		if err := s.rolledBack(s.tx.Rollback()); err != nil && !errors.Is(err, sql.ErrTxDone) {
 			return errors.Join(cause, fmt.Errorf("sqlinbox: rollback: %w", err))
 		}
 		return cause
 	}
 	if _, err := s.conn.ExecContext(txmark.With(ctx, txmark.Ends), sqlRollback); err != nil {
 		discard(s.conn)
+		s.broken = true
 		return errors.Join(cause, fmt.Errorf("sqlinbox: rollback: %w", err))
 	}
 	if _, err := s.conn.ExecContext(ctx, s.pool.multi.Probe, 1, 1); err != nil {

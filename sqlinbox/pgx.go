@@ -131,6 +131,10 @@ func (p *pgxPool) hold(ctx context.Context, f func(q querier) (broken bool, err 
 
 func (p *pgxPool) maxConns() int { return int(p.pool.Config().MaxConns) }
 
+// checksTx: the handler's pgx.Tx refuses what would end the transaction, and the session reads
+// the server's transaction status before COMMIT.
+func (p *pgxPool) checksTx() txCheckWhen { return txCheckNever }
+
 // claimSkips: the claim-first mode's batch ends with the claim, whose row says; write-behind
 // mode's goes on after it.
 func (p *pgxPool) claimSkips(writeBehind bool) bool { return !writeBehind }

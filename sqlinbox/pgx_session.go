@@ -17,7 +17,10 @@ import (
 type pgxSession struct {
 	pool *pgxPool
 	conn *pgxpool.Conn
-	tx   pgx.Tx // what the handler writes through; set by begin
+	tx   pgx.Tx // the transaction begin began
+	// handler is what the handler writes through: tx, keeping the errors it met in met.
+	handler *pgxTx
+	met     metErrors
 }
 
 // The statements that end a transaction in a batch. A batch's results end the transaction on
@@ -41,6 +44,7 @@ func (s *pgxSession) begin(ctx context.Context, first []statement) (int, error) 
 	}
 	results := c.SendBatch(ctx, batch)
 	s.tx = results.Tx()
+	s.handler = &pgxTx{inner: s.tx, met: &s.met}
 	failed, err := readResults(results, first)
 	if closeErr := results.Close(); err == nil && closeErr != nil {
 		return len(first) - 1, closeErr
@@ -74,7 +78,7 @@ func readResults(results pgx.BatchResults, statements []statement) (int, error) 
 	return 0, nil
 }
 
-func (s *pgxSession) handle() any { return s.tx }
+func (s *pgxSession) handle() any { return s.handler }
 
 // commit sends statements and COMMIT in one batch; with nothing but COMMIT to send, pgx's
 // Tx.Commit sends it.
@@ -82,6 +86,11 @@ func (s *pgxSession) commit(ctx context.Context, statements []statement) (int, e
 	c := s.conn.Conn()
 	if c.PgConn().TxStatus() == 'I' {
 		return len(statements), fmt.Errorf("%w: commit", inbox.ErrTxEndedByHandler)
+	}
+	if err := s.met.firstRefusal(); err != nil {
+		// The handler went on after its pgx.Tx refused a statement: what it meant to commit
+		// is not what the transaction holds.
+		return len(statements), fmt.Errorf("sqlinbox: commit: the handler's pgx.Tx refused one of its statements: %w", err)
 	}
 	if len(statements) == 0 {
 		return 0, pgxEnded(s.tx.Commit(ctx))
@@ -179,6 +188,15 @@ func (s *pgxSession) abort(ctx context.Context, cause error) error {
 
 // release gives the connection back; pgxpool closes one left in a transaction.
 func (s *pgxSession) release() { s.conn.Release() }
+
+// lost: pgx closes a connection it cannot go on with (a read or write that failed, a
+// statement cut off by its context).
+func (s *pgxSession) lost() bool { return s.conn.Conn().IsClosed() }
+
+// raised: what the handler's statements through its pgx.Tx met.
+func (s *pgxSession) raised(err error, transient func(error) bool) bool {
+	return s.met.raised(err, transient)
+}
 
 // pgxEnded marks the error of a transaction the handler already committed or rolled back.
 func pgxEnded(err error) error {

@@ -170,6 +170,12 @@ func (s *pipelineSession) abort(ctx context.Context, cause error) error {
 	return cause
 }
 
+func (s *pipelineSession) lost() bool { return s.inner != nil && s.inner.lost() }
+
+func (s *pipelineSession) raised(err error, transient func(error) bool) bool {
+	return s.inner != nil && s.inner.raised(err, transient)
+}
+
 func (s *pipelineSession) release() {
 	if s.inner != nil {
 		s.inner.release()

@@ -3,14 +3,17 @@ package sqlinbox_test
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -395,3 +398,123 @@ func testPipelineEncodes(t *testing.T, mode pgx.QueryExecMode) {
 type valuer string
 
 func (v valuer) Value() (driver.Value, error) { return string(v), nil }
+
+// queueInOrder delivers each key with its payload, in order, each one queued for the next
+// pipeline before the next one is delivered (the one connection busy with a held blocker),
+// and returns their errors once the blocker is released and they are all done.
+func (f *pipelineFixture) queueInOrder(t *testing.T, h message.HandlerFunc, keys, payloads []string) []error {
+	t.Helper()
+	release := f.holdKey(t, "blocker")
+	blocked := make(chan error, 1)
+	go func() { blocked <- deliver(h, "blocker", "x") }()
+	waitFor(t, "the blocker's pipeline", func() bool { return len(f.pipelines()) == 1 })
+	var wg sync.WaitGroup
+	errs := make([]error, len(keys))
+	for i := range keys {
+		wg.Go(func() { errs[i] = deliver(h, keys[i], payloads[i]) })
+		waitFor(t, keys[i]+" waiting", func() bool { return sqlinbox.PipelineWaiting(f.store) == i+1 })
+	}
+	release()
+	if err := <-blocked; err != nil {
+		t.Fatalf("the blocker, whose key the test released by rolling back: %v", err)
+	}
+	wg.Wait()
+	if got, want := f.pipelines(), []int{1, len(keys)}; !slices.Equal(got, want) {
+		t.Fatalf("requests per pipeline: %v, want %v", got, want)
+	}
+	return errs
+}
+
+// A message with an argument pgx cannot encode, first in a pipeline of healthy messages and
+// of messages that fail on their own (a unique violation), each with an outcome of its own:
+// the unencodable one is nacked with the encoder's error and no claim, every other message
+// gets its own result, the healthy ones committed with their own rows, the failing ones
+// nacked with the violation of their own key. Results handed to the wrong message fail it at
+// once, whatever the timing.
+func TestPipelineUnencodableAheadOfHealthyOnes(t *testing.T) {
+	f := newPipelineFixture(t, sqlinbox.Config{}, sqlinbox.PipelineConfig{Connections: 1, Messages: 16})
+	ctx := context.Background()
+	if _, err := f.pool.Exec(ctx, "ALTER TABLE "+f.business+" ADD UNIQUE (msg_key)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, "INSERT INTO "+f.business+" (msg_key, cents) VALUES ('taken-2', 0), ('taken-5', 0)"); err != nil {
+		t.Fatal(err)
+	}
+	mw, err := inbox.NewMiddleware(f.store, inbox.Config{Consumer: "billing", WriteBehind: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := "INSERT INTO " + f.business + " (msg_key, cents) VALUES ($1, $2)"
+	h := mw(func(msg *message.Message) ([]*message.Message, error) {
+		if string(msg.Payload) == "unencodable" {
+			return nil, inbox.ExecAtCommit(msg.Context(), insert, msg.UUID, make(chan int))
+		}
+		return nil, inbox.ExecAtCommit(msg.Context(), insert, msg.UUID, len(msg.Payload))
+	})
+	keys := []string{"bad", "ok-1", "taken-2", "ok-3", "ok-4", "taken-5", "ok-6"}
+	payloads := []string{"unencodable", "a", "bb", "ccc", "dddd", "eeeee", "ffffff"}
+	errs := f.queueInOrder(t, h, keys, payloads)
+
+	for i, key := range keys {
+		err := errs[i]
+		var pgErr *pgconn.PgError
+		switch {
+		case key == "bad" && (err == nil || !strings.Contains(err.Error(), "encode the arguments")):
+			t.Errorf("bad: %v, want the encoder's refusal", err)
+		case strings.HasPrefix(key, "taken-") && (!errors.As(err, &pgErr) || pgErr.Code != "23505" || !strings.Contains(pgErr.Detail, "("+key+")")):
+			t.Errorf("%s: %v, want the unique violation of its own key", key, err)
+		case strings.HasPrefix(key, "ok-") && err != nil:
+			t.Errorf("%s: %v, want it committed", key, err)
+		}
+		if err != nil && f.store.IsTransient(err) {
+			t.Errorf("%s: %v is the message's, not the database's", key, err)
+		}
+		claims := f.count(t, "SELECT count(*) FROM "+f.table+" WHERE message_id = $1", key)
+		switch {
+		case strings.HasPrefix(key, "ok-"):
+			cents := f.count(t, "SELECT coalesce(sum(cents), -1) FROM "+f.business+" WHERE msg_key = $1", key)
+			if claims != 1 || cents != len(payloads[i]) {
+				t.Errorf("%s: %d claims and a row of %d cents, want 1 and its own %d", key, claims, cents, len(payloads[i]))
+			}
+		case claims != 0:
+			t.Errorf("%s: %d claims, want none", key, claims)
+		}
+	}
+	if n := f.count(t, "SELECT count(*) FROM "+f.business+" WHERE msg_key = 'bad'"); n != 0 {
+		t.Errorf("%d rows of the unencodable message", n)
+	}
+}
+
+// A message whose transaction fails at its Sync, the implicit transaction's COMMIT (a
+// deferred unique constraint, checked there), in the middle of a pipeline: it alone is nacked,
+// with the violation, as the message's failure at COMMIT, and no claim; the messages before
+// and after it commit.
+func TestPipelineFailureAtSyncFailsOnlyItsMessage(t *testing.T) {
+	f := newPipelineFixture(t, sqlinbox.Config{}, sqlinbox.PipelineConfig{Connections: 1, Messages: 16})
+	ctx := context.Background()
+	if _, err := f.pool.Exec(ctx, "ALTER TABLE "+f.business+" ADD UNIQUE (msg_key) DEFERRABLE INITIALLY DEFERRED"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, "INSERT INTO "+f.business+" (msg_key, cents) VALUES ('taken', 0)"); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"before", "taken", "after"}
+	errs := f.queueInOrder(t, f.handler(t), keys, []string{"a", "bb", "ccc"})
+	var pgErr *pgconn.PgError
+	if err := errs[1]; !errors.As(err, &pgErr) || pgErr.Code != "23505" || !strings.Contains(err.Error(), "sqlinbox: commit: ") {
+		t.Errorf("taken: %v, want the deferred unique violation at its commit", err)
+	} else if f.store.IsTransient(err) {
+		t.Errorf("taken: %v is the message's, not the database's", err)
+	}
+	if errs[0] != nil || errs[2] != nil {
+		t.Errorf("before: %v, after: %v; want both committed", errs[0], errs[2])
+	}
+	for key, want := range map[string]int{"before": 1, "taken": 0, "after": 1} {
+		if n := f.count(t, "SELECT count(*) FROM "+f.table+" WHERE message_id = $1", key); n != want {
+			t.Errorf("%s: %d claims, want %d", key, n, want)
+		}
+	}
+	if n := f.count(t, "SELECT count(*) FROM "+f.business+" WHERE msg_key <> 'blocker'"); n != 3 {
+		t.Errorf("%d rows, want 3 (the one taken held already and the two committed messages')", n)
+	}
+}

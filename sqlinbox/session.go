@@ -31,7 +31,30 @@ const (
 	kindClaim
 	kindQueued
 	kindRecord
+	kindTxMark  // marks the claim's transaction, after the claim (see commitGuard)
+	kindTxCheck // checks, before COMMIT, that the transaction is still the claim's
 )
+
+// txCheckWhen is when a pool's claim-first sessions mark the claim's transaction and check it
+// before COMMIT (see commitGuard).
+type txCheckWhen int
+
+const (
+	// txCheckNever: the handler's statements go through the store (pgx's pgx.Tx), which
+	// refuses what would end the transaction.
+	txCheckNever txCheckWhen = iota
+	// txCheckAlways: the mark and the check travel in requests the store sends anyway
+	// (multi-statement requests), at no round trip.
+	txCheckAlways
+	// txCheckIfHandedOut: each costs a statement of its own (a round trip), so the mark is
+	// sent when the handler first takes the transaction (inbox.TxFromContext) and the check
+	// only then: a handler that only queues its writes has nothing the store did not read.
+	txCheckIfHandedOut
+)
+
+// errTxCheckFailed is what a session reports, with the check's position, when the check before
+// COMMIT (see commitGuard) returned no row: the transaction is not the claim's any more.
+var errTxCheckFailed = errors.New("sqlinbox: the transaction is not the claim's any more")
 
 // errClaimSkipped is what a session that sends a statement at a time reports, with the claim's
 // position, when the claim skipped a duplicate and it sent nothing after it.
@@ -60,6 +83,10 @@ type pool interface {
 	hold(ctx context.Context, f func(q querier) (broken bool, err error)) error
 	// maxConns is the most connections the pool opens; 0: no limit.
 	maxConns() int
+	// checksTx says when the pool's claim-first sessions mark the claim's transaction and
+	// check it before COMMIT (see commitGuard): those whose handlers write through a
+	// [*sql.Tx], whose statements the store does not see.
+	checksTx() txCheckWhen
 	// claimSkips reports whether the pool's sessions claim with the dialect's
 	// InsertClaimOrSkip where it has one: sessions that send a statement at a time, in both
 	// modes, and pgx's begin batch. A request that holds the statements after the claim
@@ -117,4 +144,11 @@ type session interface {
 	abort(ctx context.Context, cause error) error
 	// release gives the connection back; one left in a transaction is closed.
 	release()
+	// lost reports whether the session's connection broke (it closed; a ROLLBACK failed on
+	// it), after a failure and the rollback or abort that followed it.
+	lost() bool
+	// raised reports whether err, which the handler returned, holds an error the database
+	// raised on this session that transient (the dialect's IsTransient) reports: as the
+	// session saw the handler's statements, or by transient alone where it sees none of them.
+	raised(err error, transient func(error) bool) bool
 }

@@ -26,6 +26,10 @@ type statements struct {
 	deleteExpired, countExpired string
 	lockTake, lockRelease       string
 	lockKey                     any
+
+	// The dialect's commitGuard, if it has one: "" each where it has none.
+	txMark, txCheck string
+	txCheckRow      bool // txCheck returns a row for a transaction that is the claim's, and takes the claim's consumer and key
 }
 
 func newStatements(dialect Dialect, config Config) (statements, error) {
@@ -51,6 +55,9 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		countExpired:  dialect.CountExpired(table),
 	}
 	s.describe, s.describeArgs = dialect.DescribeTable(table)
+	if guard, ok := dialect.(commitGuard); ok {
+		s.txMark, s.txCheck, s.txCheckRow = guard.commitCheck(table)
+	}
 	s.lockTake, s.lockRelease, s.lockKey = dialect.CleanupLock(table)
 	for _, required := range []struct{ text, method string }{
 		{s.begin, "Begin"}, {s.insert, "InsertClaim"}, {s.selectClaim, "SelectClaim"},
@@ -94,6 +101,27 @@ func (s statements) lockTimeoutStatement() []statement {
 		return nil
 	}
 	return []statement{{sql: s.lockTimeout, args: s.lockTimeoutArgs, kind: kindLockTimeout}}
+}
+
+// txMarkStatement marks the claim's transaction for txCheckStatement, or is none.
+func (s statements) txMarkStatement() []statement {
+	if s.txMark == "" {
+		return nil
+	}
+	return []statement{{sql: s.txMark, kind: kindTxMark}}
+}
+
+// txCheckStatement checks, before COMMIT, that the transaction is still the claim's; found
+// receives whether it returned a row, for a check that says so by its row. It is none if the
+// dialect has no check.
+func (s statements) txCheckStatement(claim inbox.Claim, found *bool) []statement {
+	switch {
+	case s.txCheck == "":
+		return nil
+	case s.txCheckRow:
+		return []statement{{sql: s.txCheck, args: s.params(claim.Consumer, claim.Key), kind: kindTxCheck, found: found}}
+	}
+	return []statement{{sql: s.txCheck, kind: kindTxCheck}}
 }
 
 // recordStatement stores produced with the claim.

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The table is the guard: a claim is an insert that only the primary key (consumer,
@@ -72,7 +75,7 @@ func judgeTable(dialect Dialect, table Table, columns []column) error {
 
 	keyNames := make([]string, len(key))
 	for i, c := range key {
-		keyNames[i] = c.name
+		keyNames[i] = catalogText(c.name)
 	}
 	switch {
 	case len(key) == 0:
@@ -89,11 +92,11 @@ func judgeTable(dialect Dialect, table Table, columns []column) error {
 		switch {
 		case (name == "consumer" || name == "message_id") && !c.exact:
 			problems = append(problems, fmt.Sprintf("column %s is %s, which does not compare bytes exactly (two keys differing in case or trailing spaces would be one); want %s",
-				name, c.typ, keyType))
+				name, catalogText(c.typ), keyType))
 		case (name == "payload_hash" || name == "produced") && !c.binary:
-			problems = append(problems, fmt.Sprintf("column %s is %s, which does not hold bytes as they are; want %s", name, c.typ, binaryType))
+			problems = append(problems, fmt.Sprintf("column %s is %s, which does not hold bytes as they are; want %s", name, catalogText(c.typ), binaryType))
 		case name == "processed_at" && !c.temporal:
-			problem := fmt.Sprintf("column processed_at is %s, which does not hold the time of the claim as retention compares it; want %s", c.typ, timeType)
+			problem := fmt.Sprintf("column processed_at is %s, which does not hold the time of the claim as retention compares it; want %s", catalogText(c.typ), timeType)
 			if upgrade, _, _ := dialect.UpgradeTable(table); upgrade != "" {
 				problem += "; a table made by an earlier release is brought up to date by the migration of " + upgradeCommand(dialect, table)
 			}
@@ -104,7 +107,7 @@ func judgeTable(dialect Dialect, table Table, columns []column) error {
 	}
 	for _, c := range columns {
 		if !slices.Contains(inboxColumns, c.name) && !c.nullable && !c.hasDefault {
-			problems = append(problems, fmt.Sprintf("column %s is NOT NULL without a default, so every claim would fail; want it nullable or with a default", c.name))
+			problems = append(problems, fmt.Sprintf("column %s is NOT NULL without a default, so every claim would fail; want it nullable or with a default", catalogText(c.name)))
 		}
 	}
 	if len(problems) > 0 {
@@ -131,6 +134,16 @@ func upgradeCommand(dialect Dialect, table Table) string {
 
 func tableMismatch(table Table, problems []string) error {
 	return mismatchError("sqlinbox: table " + table.Quoted + " cannot guard against duplicates: " + strings.Join(problems, "; "))
+}
+
+// catalogText returns a name or type the catalog gave, quoted as a Go string when it is not
+// valid UTF-8 or holds a control character: anyone who can create a column names it, and a
+// refusal's message reaches log lines and terminals (ESC and BEL would drive them).
+func catalogText(s string) string {
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // mismatchError is a refused table's message; it wraps [ErrTableMismatch].

@@ -51,7 +51,11 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 		return prior, nil
 	case failed == len(statements):
 		// The outcome of a failed COMMIT is for the next delivery to find out.
-		return nil, fmt.Errorf("sqlinbox: commit: %w", err)
+		err = fmt.Errorf("sqlinbox: commit: %w", err)
+		if connectionLost(err) || sess.lost() {
+			return nil, &storeError{err}
+		}
+		return nil, err
 	}
 	err = s.failure(statements, failed, err, "write-behind request")
 	refused := false
@@ -63,7 +67,10 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	if refused || failed != failedUnknown && (failed < claimAt+1) {
 		return nil, &storeError{err} // BEGIN, the lock timeout or the claim, or the claim's refusal of the connection
 	}
-	return nil, s.explainSize(ctx, statements, err)
+	if err = s.explainSize(ctx, statements, err); sess.lost() {
+		return nil, &storeError{err} // the session broke: whatever the statement was, the message is not at fault
+	}
+	return nil, err
 }
 
 // queuedStatements are the statements a handler queued, as the store sends them.

@@ -607,9 +607,21 @@ func TestErrorsNeverShowTheDSNsPassword(t *testing.T) {
 		{"host=127.0.0.1 port=1 user=alice password='p@ss S3cret' sslmode=bogus", "S3cret", exitUsage},
 		{"mysql://alice:p@ssS3cret@tcp(127.0.0.1:1)/test?bogus=%zz", "p@ssS3cret", exitUsage},
 		{"mysql://alice:p@ssS3cret@tcp(127.0.0.1:1)/test", "p@ssS3cret", exitFail},
+		// "?", "&" and "@" in a password, unencoded, in every form.
+		{"postgres://app:Se?cretPW@127.0.0.1:badport/test", "Se?cretPW", exitUsage},
+		{"postgres://app:Se?cr@etPW@127.0.0.1:1/test?connect_timeout=5", "Se?cr@etPW", exitFail},
+		{"postgres://alice@127.0.0.1:1/test?password=Sec%26retPW&sslmode=bogus", "Sec&retPW", exitUsage},
+		{"host=127.0.0.1 port=1 user=alice password=Sec&retPW sslmode=bogus", "Sec&retPW", exitUsage},
+		{"host=127.0.0.1 port=1 user=alice password=Sec&retPW connect_timeout=5", "Sec&retPW", exitFail},
+		{"mysql://alice:p@ss?w0rd@tcp(127.0.0.1:1)/test", "p@ss?w0rd", exitFail},
+		{"alice:p@ss?w0rd@tcp(127.0.0.1:1)/test", "p@ss?w0rd", exitFail},
+		{"alice:p@ss?w0rd@tcp(127.0.0.1:1)/test?bogus=%zz", "p@ss?w0rd", exitUsage},
 	} {
 		dialect := []string{}
-		if !strings.Contains(tt.dsn, "://") {
+		switch {
+		case strings.Contains(tt.dsn, "@tcp(") && !strings.Contains(tt.dsn, "://"):
+			dialect = []string{"-dialect", "mysql"}
+		case !strings.Contains(tt.dsn, "://"):
 			dialect = []string{"-dialect", "postgres"}
 		}
 		for _, fromEnv := range []bool{false, true} {
@@ -624,10 +636,15 @@ func TestErrorsNeverShowTheDSNsPassword(t *testing.T) {
 			if code != tt.code {
 				t.Errorf("%q (from INBOX_DSN: %v): exit %d, want %d (stderr %q)", tt.dsn, fromEnv, code, tt.code, stderr)
 			}
-			for _, secret := range []string{tt.password, "S3cret", "ssS3cret"} {
+			for _, secret := range []string{tt.password, "S3cret", "ssS3cret", "retPW", "cretPW", "w0rd", "Sec%26retPW"} {
 				if strings.Contains(tt.password, secret) && strings.Contains(stderr, secret) {
 					t.Errorf("%q: stderr shows %q: %s", tt.dsn, secret, stderr)
 				}
+			}
+			// The rest of the line is as the driver wrote it: no letter of the password turned
+			// into xxxxx wherever it occurs.
+			if strings.Count(stderr, redacted) > 2 {
+				t.Errorf("%q: the line is mangled: %s", tt.dsn, stderr)
 			}
 		}
 	}
@@ -643,4 +660,66 @@ func TestCheckCommandWithoutTheDatabase(t *testing.T) {
 	addr := listener.Addr().String()
 	listener.Close() // nothing listens there now: the connection is refused
 	wantError(t, []string{"check", "-dsn", "postgres://postgres@" + addr + "/test?connect_timeout=5", "-table", "inbox"}, exitFail, "refused")
+}
+
+// A hostile table: a column whose name holds ESC and BEL (anyone who can create a column can
+// name it), and on SQLite a processed_at text holding them. check's refusal and stats' lines
+// print them quoted, with escapes, never raw: on every database.
+func TestHostileTableIsPrintedQuoted(t *testing.T) {
+	const evil = "evil\x1b]0;TITLE\x07\x1b[2J"
+	for _, d := range databases(t) {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			db, dialect := d.open(t)
+			table := testenv.Name("cli_hostile")
+			t.Cleanup(func() {
+				_, _ = db.ExecContext(context.WithoutCancel(context.Background()), "DROP TABLE IF EXISTS "+table)
+			})
+			if code, _, stderr := runCLI(t, "migrate", "-dsn", d.dsn, "-table", table); code != exitOK {
+				t.Fatalf("migrate: exit %d, stderr %q", code, stderr)
+			}
+			quote := `"`
+			if dialect.Name() == (sqlinbox.MySQL{}).Name() {
+				quote = "`"
+			}
+			column := quote + evil + quote
+			if dialect.Name() == (sqlinbox.SQLite{}).Name() {
+				// SQLite adds no NOT NULL column without a default: the table is made again with it.
+				var ddl string
+				if err := db.QueryRow("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", table).Scan(&ddl); err != nil {
+					t.Fatal(err)
+				}
+				for _, statement := range []string{
+					"INSERT INTO " + table + " (consumer, message_id, processed_at) VALUES ('billing', 'k1', '" + evil + "')",
+					"ALTER TABLE " + table + " RENAME TO " + table + "_old",
+					strings.Replace(ddl, "PRIMARY KEY", column+" INTEGER NOT NULL, PRIMARY KEY", 1),
+					"INSERT INTO " + table + " (consumer, message_id, processed_at, " + column + ") SELECT consumer, message_id, processed_at, 0 FROM " + table + "_old",
+					"DROP TABLE " + table + "_old",
+				} {
+					if _, err := db.Exec(statement); err != nil {
+						t.Fatalf("%q: %v", statement, err)
+					}
+				}
+			} else if _, err := db.Exec("ALTER TABLE " + table + " ADD COLUMN " + column + " INT NOT NULL"); err != nil {
+				t.Fatal(err)
+			}
+			code, stdout, stderr := runCLI(t, "check", "-dsn", d.dsn, "-table", table)
+			if code != exitFail || strings.ContainsAny(stdout+stderr, "\x1b\x07") {
+				t.Errorf("check: exit %d, output written raw: %q %q", code, stdout, stderr)
+			}
+			if want := `evil\x1b]0;TITLE\a\x1b[2J`; !strings.Contains(stderr, want) {
+				t.Errorf("check: %q, want the column's name quoted as %s", stderr, want)
+			}
+			code, stdout, stderr = runCLI(t, "stats", "-dsn", d.dsn, "-table", table)
+			if code != exitOK || strings.ContainsAny(stdout+stderr, "\x1b\x07") {
+				t.Errorf("stats: exit %d, output written raw: %q %q", code, stdout, stderr)
+			}
+			if !regexp.MustCompile(`(?m)^guards\s+NO: .*evil\\+x1b`).MatchString(stdout) {
+				t.Errorf("stats: want the guards line with the column's name quoted:\n%s", stdout)
+			}
+			if dialect.Name() == (sqlinbox.SQLite{}).Name() && !regexp.MustCompile(`(?m)^oldest claim\s+"evil\\x1b`).MatchString(stdout) {
+				t.Errorf("stats: want the processed_at text quoted:\n%s", stdout)
+			}
+		})
+	}
 }

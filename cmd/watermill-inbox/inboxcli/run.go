@@ -6,7 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
@@ -79,7 +82,7 @@ func (x *cli) run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if x.resolved != nil {
 		hint = x.resolved.hint(err)
 	}
-	fmt.Fprintln(stderr, "watermill-inbox: "+redact(oneLine(err), x.dsn)+hint)
+	fmt.Fprintln(stderr, "watermill-inbox: "+escapeControls(redact(oneLine(err), x.dsn))+hint)
 	var u usageError
 	switch {
 	case errors.As(err, &u):
@@ -89,6 +92,30 @@ func (x *cli) run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	default:
 		return exitFail
 	}
+}
+
+// escapeControls writes each control character of line (ESC, BEL, C1 ...) and each byte that
+// is not UTF-8 as its Go escape (\x1b, \a, \u0085, \xff): an error can quote what a table
+// holds (a column's name, a value), which would otherwise drive the terminal.
+func escapeControls(line string) string {
+	if utf8.ValidString(line) && strings.IndexFunc(line, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return line
+	}
+	var b strings.Builder
+	for len(line) > 0 {
+		r, size := utf8.DecodeRuneInString(line)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, line[0])
+		case unicode.IsPrint(r):
+			b.WriteString(line[:size])
+		default:
+			quoted := strconv.QuoteRune(r)
+			b.WriteString(quoted[1 : len(quoted)-1])
+		}
+		line = line[size:]
+	}
+	return b.String()
 }
 
 // oneLine writes err's message on one line. Driver errors can span several, and pgx lists

@@ -72,7 +72,7 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 	sizeNote = ", " + sizeNote
 	guard := "yes"
 	if err := store.CheckTable(ctx); errors.Is(err, sqlinbox.ErrTableMismatch) {
-		guard = "NO: " + strings.TrimPrefix(err.Error(), "sqlinbox: ")
+		guard = "NO: " + printable(strings.TrimPrefix(err.Error(), "sqlinbox: "))
 	} else if err != nil {
 		return err
 	}
@@ -102,12 +102,12 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 	fmt.Fprintf(w, "consumers\t%d\n", len(consumers))
 	writeSharedKeys(w, sharedTotal, shared, claims)
 	if total > 0 {
-		fmt.Fprintf(w, "oldest claim\t%s\n", oldest)
-		fmt.Fprintf(w, "newest claim\t%s\n", newest)
+		fmt.Fprintf(w, "oldest claim\t%s\n", printable(oldest))
+		fmt.Fprintf(w, "newest claim\t%s\n", printable(newest))
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "CONSUMER\tCLAIMS\tOLDEST\tNEWEST")
 		for _, c := range consumers {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", printable(c.consumer), c.claims, c.oldest, c.newest)
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", printable(c.consumer), c.claims, printable(c.oldest), printable(c.newest))
 		}
 		writeSharedTable(w, shared, claims)
 	}
