@@ -41,7 +41,7 @@ func TestHTTPServerHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := inboxhttp.New(store, inboxhttp.Config{Consumer: "billing", Required: true}, nil)
+	mw, err := inboxhttp.NewMiddleware(store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped, RequireKey: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
