@@ -36,7 +36,7 @@ var (
 	problemFailed = problem{Type: docsURL + "#failed", Status: http.StatusInternalServerError,
 		Title: "The request failed and nothing of it was recorded; retry it with the same Idempotency-Key"}
 	problemCommitUnknown = problem{Type: docsURL + "#commit-unknown", Status: http.StatusServiceUnavailable,
-		Title: "The request's commit failed, so whether it was recorded is not known; retry it with the same Idempotency-Key",
+		Title:  "The request's commit failed, so whether it was recorded is not known; retry it with the same Idempotency-Key",
 		Detail: "the retry gets the recorded response if the commit took effect, and runs the request if it did not"}
 	problemTooLarge = problem{Type: docsURL + "#request-too-large", Status: http.StatusRequestEntityTooLarge,
 		Title: "The request body is larger than this endpoint reads"}
