@@ -155,7 +155,7 @@ func TestHTTPServerKilledMidTraffic(t *testing.T) {
 			t.Errorf("%s: never answered", key)
 			continue
 		}
-		if n := b.claims(t, "billing", key); n != 1 {
+		if n := b.claims(t, "billing", inboxhttp.ScopedKey("", key)); n != 1 {
 			t.Errorf("%s: %d claims", key, n)
 		}
 		if n := b.invoices(t, "billing", key); n != 1 {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,12 +13,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/inboxhttp"
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // orderHandler is an HTTP endpoint that creates an order: it writes one business row
@@ -399,11 +404,15 @@ func TestHTTPConcurrentCopiesAreOneRequest(t *testing.T) {
 }
 
 // orderServer serves an orderHandler on b behind inboxhttp (consumer billing) until the test
-// ends, and checks that a first order is created.
-func orderServer(t *testing.T, b *backend) (*orderHandler, *httptest.Server) {
+// ends, and checks that a first order is created. logger, if given, gets the middleware's lines.
+func orderServer(t *testing.T, b *backend, logger ...watermill.LoggerAdapter) (*orderHandler, *httptest.Server) {
 	t.Helper()
 	h := &orderHandler{b: b}
-	mw, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped}, nil)
+	var log watermill.LoggerAdapter
+	if len(logger) > 0 {
+		log = logger[0]
+	}
+	mw, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,18 +440,26 @@ func createdOnRetry(t *testing.T, server *httptest.Server, b *backend, key strin
 		time.Sleep(50 * time.Millisecond) // a client's back-off, not a synchronisation
 	}
 	wantRows(t, key+" business rows", b.invoices(t, "billing", key), 1)
-	wantRows(t, key+" claims", b.claims(t, "billing", key), 1)
+	wantRows(t, key+" claims", b.claims(t, "billing", inboxhttp.ScopedKey("", key)), 1)
 }
 
 // The database really stopped: a PostgreSQL of the test's own shut down at once (as
-// pg_ctl stop -m immediate does) for 5 s while requests arrive. Each gets 503 with
-// Retry-After and the handler never runs; none is recorded as done; once the server is back
-// each succeeds on its retry, with one business row and one claim.
+// pg_ctl stop -m immediate does) for 5 s while requests arrive, the store connecting to it
+// directly, so that it meets the refused connection itself. Each request gets 503 with
+// Retry-After and the handler never runs; the refusal is among the errors logged; none is
+// recorded as done; once the server is back each succeeds on its retry, with one business row
+// and one claim.
 func TestHTTPDatabaseStopped(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NewPostgres(t)
 	b := pgxBackendOn(t, srv.URL(), srv.URL())
-	h, server := orderServer(t, b)
+	direct, err := sqlinbox.NewPgx(openPgxPool(t, srv.URL()), sqlinbox.Config{Table: b.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.store = direct // not through the proxy, which would close the connection it cannot dial
+	logger := watermill.NewCaptureLogger()
+	h, server := orderServer(t, b, logger)
 	runsBefore := h.runs.Load()
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -460,12 +477,21 @@ func TestHTTPDatabaseStopped(t *testing.T) {
 	if ran := h.runs.Load() - runsBefore; ran != 0 {
 		t.Errorf("the handler ran %d times with the database stopped, want 0", ran)
 	}
+	refused := 0
+	for _, m := range logger.Captured()[watermill.ErrorLogLevel] {
+		if errors.Is(m.Err, syscall.ECONNREFUSED) {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Error("no request met the refused connection: the store did not dial the stopped server")
+	}
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
 	for _, key := range during {
-		wantRows(t, key+" claims before its retry", b.claims(t, "billing", key), 0)
+		wantRows(t, key+" claims before its retry", b.claims(t, "billing", inboxhttp.ScopedKey("", key)), 0)
 	}
 	for _, key := range during {
 		createdOnRetry(t, server, b, key)
