@@ -200,7 +200,7 @@ func (m *middleware) run(handler message.HandlerFunc, msg *message.Message) (err
 func (m *middleware) fail(w http.ResponseWriter, req request, ex *entry.Exchange, err error) {
 	var mismatch *inbox.FingerprintMismatchError
 	if errors.As(err, &mismatch) {
-		problemMismatch.write(w, "the key was first used with another method, path, query or body; use a new key for a new operation", 0)
+		problemMismatch.write(w, "the key was first used with a request that differs from this one; use a new key for a new operation", 0)
 		return
 	}
 	transient := !inbox.Poisonous(err) // the infrastructure's, as the inbox middleware marked it

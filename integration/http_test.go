@@ -446,7 +446,8 @@ func createdOnRetry(t *testing.T, server *httptest.Server, b *backend, key strin
 // The database really stopped: a PostgreSQL of the test's own shut down at once (as
 // pg_ctl stop -m immediate does) for 5 s while requests arrive, the store connecting to it
 // directly, so that it meets the refused connection itself. Each request gets 503 with
-// Retry-After and the handler never runs; the refusal is among the errors logged; none is
+// Retry-After, naming neither the database's address nor its user, and the handler never runs;
+// the refusal is among the errors logged; none is
 // recorded as done; once the server is back each succeeds on its retry, with one business row
 // and one claim.
 func TestHTTPDatabaseStopped(t *testing.T) {
@@ -469,8 +470,12 @@ func TestHTTPDatabaseStopped(t *testing.T) {
 	for i := 0; time.Since(stopped) < 5*time.Second; i++ {
 		key := fmt.Sprintf("stopped-%d", i)
 		during = append(during, key)
-		if r := post(t, server.Client(), server.URL, key, key, nil); r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+		r := post(t, server.Client(), server.URL, key, key, nil)
+		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
 			t.Errorf("%s with the database stopped: %d %s, want 503 with Retry-After", key, r.status, r.body)
+		}
+		if strings.Contains(string(r.body), "127.0.0.1") || strings.Contains(string(r.body), "postgres") {
+			t.Errorf("%s: the problem names the database's address or user: %s", key, r.body)
 		}
 		time.Sleep(100 * time.Millisecond) // the pace of the requests, not a synchronisation
 	}
