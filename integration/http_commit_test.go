@@ -33,7 +33,7 @@ func TestHTTPFailedCommitIsNotSaidUnrecorded(t *testing.T) {
 							t.Errorf("injecting %s: %v", name, err)
 						}
 					}
-				}))
+				}), nil)
 				r := post(t, server.Client(), server.URL, key, key, nil)
 				if r.status != http.StatusServiceUnavailable && r.status != http.StatusInternalServerError {
 					t.Fatalf("%s: %d %s, want 503 or 500", name, r.status, r.body)

@@ -9,14 +9,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill"
+
 	"github.com/inboxkit/watermill-inbox/inboxhttp"
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // endpoint serves handler behind inboxhttp on b with config (its Consumer "billing" and Scope
-// Unscoped unless set) until the test ends.
-func endpoint(t *testing.T, b *backend, config inboxhttp.Config, handler http.Handler) *httptest.Server {
+// Unscoped unless set), logging to logger (nil: nowhere), until the test ends.
+func endpoint(t *testing.T, b *backend, config inboxhttp.Config, handler http.Handler, logger watermill.LoggerAdapter) *httptest.Server {
 	t.Helper()
 	if config.Consumer == "" {
 		config.Consumer = "billing"
@@ -24,7 +26,7 @@ func endpoint(t *testing.T, b *backend, config inboxhttp.Config, handler http.Ha
 	if config.Scope == nil {
 		config.Scope = inboxhttp.Unscoped
 	}
-	mw, err := inboxhttp.NewMiddleware(b.store, config, nil)
+	mw, err := inboxhttp.NewMiddleware(b.store, config, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +55,7 @@ func TestHTTPBodyOverMaxRequestBodyIs413(t *testing.T) {
 	}{{"MaxRequestBody 64", 64}, {"the default", inboxhttp.DefaultMaxRequestBody}} {
 		t.Run(c.name, func(t *testing.T) {
 			h := &orderHandler{b: b}
-			server := endpoint(t, b, inboxhttp.Config{MaxRequestBody: c.limit}, h)
+			server := endpoint(t, b, inboxhttp.Config{MaxRequestBody: c.limit}, h, nil)
 			key := strings.ReplaceAll(c.name, " ", "-")
 			r := post(t, server.Client(), server.URL, key, key, bytes.Repeat([]byte("x"), int(c.limit)+1))
 			if p := problemOf(t, "a body 1 byte over", r, http.StatusRequestEntityTooLarge); !strings.HasSuffix(p.Type, "#request-too-large") {
@@ -87,7 +89,7 @@ func TestHTTPReplayHeaders(t *testing.T) {
 			h.Set("Cache-Control", "public, max-age=60")
 			h.Set("Vary", "Authorization")
 			w.WriteHeader(http.StatusCreated)
-		}))
+		}), nil)
 	first := post(t, server.Client(), server.URL, "k", "k", nil)
 	if first.header.Get("Date") != firstDate || first.header.Get("Set-Cookie") == "" || first.header.Get("X-Trace") == "" {
 		t.Fatalf("the first answer's headers %v, want the handler's own", first.header)
@@ -112,7 +114,7 @@ func TestHTTPReplayHeaders(t *testing.T) {
 func TestHTTPQueryStringIsFingerprinted(t *testing.T) {
 	b := backends["pgx/postgres"](t)
 	h := &orderHandler{b: b}
-	server := endpoint(t, b, inboxhttp.Config{}, h)
+	server := endpoint(t, b, inboxhttp.Config{}, h, nil)
 	if r := post(t, server.Client(), server.URL+"/orders", "q", "q", nil); r.status != http.StatusCreated {
 		t.Fatalf("the first request: %d %s", r.status, r.body)
 	}
@@ -144,7 +146,7 @@ func TestHTTPMissingTableIsAnsweredWithTheTableCheck(t *testing.T) {
 			t.Cleanup(func() { _ = b.direct.exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
 			b.store = store
 			h := &orderHandler{b: b}
-			server := endpoint(t, b, inboxhttp.Config{}, h)
+			server := endpoint(t, b, inboxhttp.Config{}, h, nil)
 			r := post(t, server.Client(), server.URL, "k", "k", nil)
 			p := problemOf(t, "a request on a missing table", r, http.StatusServiceUnavailable)
 			if !strings.HasPrefix(p.Detail, "sqlinbox: table ") || !strings.Contains(p.Detail, "it does not exist") ||

@@ -5,7 +5,6 @@ import (
 	"context"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -58,13 +57,7 @@ func TestHTTPCommittedRequestIsAnsweredWhenPublishFails(t *testing.T) {
 			orders.ServeHTTP(w, r)
 		})
 		logger := watermill.NewCaptureLogger()
-		mw, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped,
-			WriteBehind: writeBehind, Publisher: publisher}, logger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		server := httptest.NewServer(mw(handler))
-		t.Cleanup(server.Close)
+		server := endpoint(t, b, inboxhttp.Config{WriteBehind: writeBehind, Publisher: publisher}, handler, logger)
 
 		first := post(t, server.Client(), server.URL, "order-1", "order-1", nil)
 		if first.status != http.StatusCreated || first.replayed {

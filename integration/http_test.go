@@ -253,13 +253,7 @@ func TestHTTPRetryStormConflictsOnlyBeforeCommit(t *testing.T) {
 	names := []string{"pgx/postgres", "pgx-pipeline/postgres", "database-sql/mariadb", "database-sql/mariadb/multi-statements"}
 	forEachHTTPMode(t, names, func(t *testing.T, b *backend, writeBehind bool) {
 		h := &orderHandler{b: b}
-		mw, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped,
-			RequireKey: true, WriteBehind: writeBehind}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		server := httptest.NewServer(mw(h))
-		t.Cleanup(server.Close)
+		server := endpoint(t, b, inboxhttp.Config{RequireKey: true, WriteBehind: writeBehind}, h, nil)
 		client := server.Client()
 
 		const keys, clients = 200, 8
@@ -403,21 +397,12 @@ func TestHTTPConcurrentCopiesAreOneRequest(t *testing.T) {
 	wantRows(t, "business rows", b.invoices(t, "billing", "once"), 1)
 }
 
-// orderServer serves an orderHandler on b behind inboxhttp (consumer billing) until the test
-// ends, and checks that a first order is created. logger, if given, gets the middleware's lines.
-func orderServer(t *testing.T, b *backend, logger ...watermill.LoggerAdapter) (*orderHandler, *httptest.Server) {
+// orderServer serves an orderHandler on b behind inboxhttp (consumer billing), logging to
+// logger (nil: nowhere), until the test ends, and checks that a first order is created.
+func orderServer(t *testing.T, b *backend, logger watermill.LoggerAdapter) (*orderHandler, *httptest.Server) {
 	t.Helper()
 	h := &orderHandler{b: b}
-	var log watermill.LoggerAdapter
-	if len(logger) > 0 {
-		log = logger[0]
-	}
-	mw, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := httptest.NewServer(mw(h))
-	t.Cleanup(server.Close)
+	server := endpoint(t, b, inboxhttp.Config{}, h, logger)
 	if r := post(t, server.Client(), server.URL, "before", "before", nil); r.status != http.StatusCreated {
 		t.Fatalf("the first order: %d %s", r.status, r.body)
 	}
@@ -512,7 +497,7 @@ func TestHTTPDatabaseOutage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := backends[name](t)
-			_, server := orderServer(t, b)
+			_, server := orderServer(t, b, nil)
 			restore := b.outage()
 			for i := range 20 {
 				key := fmt.Sprintf("during-%d", i)
