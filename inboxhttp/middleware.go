@@ -107,8 +107,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	req := request{r: r, key: key, claimKey: ScopedKey(scope, key), body: body}
 	f, open, err := m.inFlight.enter(r.Context(), req.claimKey)
 	switch {
-	case err != nil:
-		return // the client is gone while a copy's claim was being decided: nobody to answer
+	case err != nil: // the request ended (its client gone) while a copy's claim was being decided
+		problemUnavailable.write(w, "the request ended while another request of its key was being claimed", 0)
+		return
 	case open:
 		problemInFlight.write(w, "retry after the first request has been answered; its answer is then replayed",
 			m.config.retryAfterSeconds())
@@ -216,7 +217,9 @@ func (m *middleware) fail(w http.ResponseWriter, req request, ex *entry.Exchange
 		p.Detail = refusal.Error()
 	case ex.CommitFailed:
 		p = problemCommitUnknown
-		p.Status = map[bool]int{true: http.StatusServiceUnavailable, false: http.StatusInternalServerError}[transient]
+		if !transient {
+			p.Status = http.StatusInternalServerError
+		}
 	case transient:
 		p = problemUnavailable
 		p.Detail = "the inbox's database did not take the request (it is away, failing over, or a lock wait or deadlock ended it)"
