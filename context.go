@@ -78,10 +78,11 @@ func KeyFromContext(ctx context.Context) (key string, ok bool) {
 type publishNowCtxKey struct{}
 
 // WithPublishNow returns a copy of ctx under which a [Publisher] publishes at once, outside any
-// inbox transaction: for code that is not an inbox handler (an HTTP endpoint, a start-up job)
-// and publishes through the same Publisher, or the same cqrs buses, as the handlers:
+// inbox transaction: for code that is not an inbox handler (a start-up job, an HTTP endpoint
+// not behind inboxhttp) and publishes through the same Publisher, or the same cqrs buses, as
+// the handlers:
 //
-//	err := commandBus.Send(inbox.WithPublishNow(r.Context()), cmd)
+//	err := commandBus.Send(inbox.WithPublishNow(ctx), cmd)
 //
 // Such a message is not recorded and is tied to no database change: it leaves even if what
 // the caller writes afterwards fails. Without [WithPublishNow], a [Publisher] refuses a message whose

@@ -55,7 +55,9 @@ func (d *delivery) identify() (err error) {
 		return err
 	}
 	d.attrs = d.m.metrics.attrs(d.claim.Consumer, d.handler)
-	d.m.logHandlerOnce(d.handler, d.claim.Consumer)
+	if entry.From(d.original) == nil { // an entry point's deliveries come through no router handler
+		d.m.logHandlerOnce(d.handler, d.claim.Consumer)
+	}
 	return nil
 }
 
@@ -186,7 +188,7 @@ func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 		return nil, err
 	}
 	if ex := entry.From(d.original); ex != nil {
-		ex.Committed, ex.Duplicate, ex.Recorded = true, true, rec.Response
+		ex.SetCommitted(true, rec.Response)
 	}
 	returned := make([]*message.Message, 0, len(rec.Returned))
 	for _, m := range rec.Returned {
@@ -253,6 +255,9 @@ func (d *delivery) commit(end func(context.Context) error) error {
 	endSpan(span, err)
 	if err != nil {
 		d.fail("commit")
+		if ex := entry.From(d.original); ex != nil {
+			ex.CommitFailed = true
+		}
 		return fmt.Errorf("inbox: commit claim of key %q for consumer %q: %w", d.claim.Key, d.claim.Consumer, err)
 	}
 	return nil
@@ -274,7 +279,7 @@ func (d *delivery) rollback(tx Tx) error {
 // happens after it, the delivery's effects are durable, and its recorded response is the answer.
 func (d *delivery) committed() {
 	if ex := entry.From(d.original); ex != nil {
-		ex.Committed = true
+		ex.SetCommitted(false, nil)
 	}
 }
 

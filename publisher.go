@@ -28,8 +28,9 @@ import (
 //     message is nacked; its redelivery is a duplicate, and the middleware publishes the
 //     recorded messages again with the same UUIDs. Consumers downstream deduplicate them.
 //   - a context from WithPublishNow: the message is published at once, through the wrapped
-//     publisher. This is how code that is not an inbox handler (an HTTP endpoint, a start-up
-//     job) publishes through the same buses.
+//     publisher. This is how code that is not an inbox handler (a start-up job, an HTTP
+//     endpoint not behind inboxhttp, whose handlers are inbox handlers) publishes through the
+//     same buses.
 //   - any other context: Publish refuses the message with an error wrapping
 //     ErrNoHandlerContext and publishes nothing. A message built inside a handler without
 //     the handler's context would otherwise leave at once, before the commit, and also when

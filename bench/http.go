@@ -66,11 +66,11 @@ func measureHTTP(ctx context.Context, e *env, rep *report, b *backend) error {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	claimFirst, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: benchConsumer, Required: true}, nil)
+	claimFirst, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: benchConsumer, Scope: inboxhttp.Unscoped, RequireKey: true}, nil)
 	if err != nil {
 		return err
 	}
-	writeBehind, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: benchConsumer, Required: true, WriteBehind: true}, nil)
+	writeBehind, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: benchConsumer, Scope: inboxhttp.Unscoped, RequireKey: true, WriteBehind: true}, nil)
 	if err != nil {
 		return err
 	}

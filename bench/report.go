@@ -140,7 +140,7 @@ var scenarios = []struct{ name, title, description string }{
 			"(median over the rounds [min–max])."},
 	{"http", "7. HTTP requests with an Idempotency-Key (inboxhttp)",
 		"N HTTP clients on loopback POST to an endpoint that creates one invoice, each request with a new `Idempotency-Key`; PostgreSQL is reached through the delay proxy. " +
-			"*endpoint alone, no inbox*: the handler runs BEGIN; INSERT; COMMIT itself. *inboxhttp, TxFromContext*: behind `inboxhttp.New`, the handler INSERTs " +
+			"*endpoint alone, no inbox*: the handler runs BEGIN; INSERT; COMMIT itself. *inboxhttp, TxFromContext*: behind `inboxhttp.NewMiddleware`, the handler INSERTs " +
 			"through `inbox.TxFromContext`; the response is recorded with the claim and sent after COMMIT. *inboxhttp, WriteBehind*: the handler defers the INSERT " +
 			"with `inbox.ExecAtCommit`, and the claim, the INSERT, the record and COMMIT go in one batch. Ratios are to *endpoint alone* in the same round."},
 }

@@ -27,10 +27,17 @@ var (
 		Title: "A request with this Idempotency-Key is still being processed"}
 	problemMismatch = problem{Type: docsURL + "#key-reused", Status: http.StatusUnprocessableEntity,
 		Title: "This Idempotency-Key was used for another request"}
+	problemNoScope = problem{Type: docsURL + "#no-scope", Status: http.StatusForbidden,
+		Title: "The endpoint cannot tell whose Idempotency-Key this is"}
+	problemUnreadable = problem{Type: docsURL + "#unreadable-body", Status: http.StatusBadRequest,
+		Title: "The request body could not be read"}
 	problemUnavailable = problem{Type: docsURL + "#unavailable", Status: http.StatusServiceUnavailable,
-		Title: "The request could not be recorded; retry it with the same Idempotency-Key"}
+		Title: "The request could not be processed now and nothing of it was recorded; retry it with the same Idempotency-Key"}
 	problemFailed = problem{Type: docsURL + "#failed", Status: http.StatusInternalServerError,
 		Title: "The request failed and nothing of it was recorded; retry it with the same Idempotency-Key"}
+	problemCommitUnknown = problem{Type: docsURL + "#commit-unknown", Status: http.StatusServiceUnavailable,
+		Title:  "The request's commit failed, so whether it was recorded is not known; retry it with the same Idempotency-Key",
+		Detail: "the retry gets the recorded response if the commit took effect, and runs the request if it did not"}
 	problemTooLarge = problem{Type: docsURL + "#request-too-large", Status: http.StatusRequestEntityTooLarge,
 		Title: "The request body is larger than this endpoint reads"}
 )

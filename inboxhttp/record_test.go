@@ -48,7 +48,7 @@ func (t *memTx) Commit(_ context.Context, produced []byte) error {
 func TestABodyOfMaxRecordedBodyIsReplayed(t *testing.T) {
 	for _, limit := range []int64{DefaultMaxRecordedBody, 6 << 20} {
 		body := bytes.Repeat([]byte("b"), int(limit))
-		mw, err := New(&memStore{committed: map[[2]string]*inbox.Record{}}, Config{Consumer: "orders", MaxRecordedBody: limit}, nil)
+		mw, err := NewMiddleware(&memStore{committed: map[[2]string]*inbox.Record{}}, Config{Consumer: "orders", Scope: Unscoped, MaxRecordedBody: limit}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

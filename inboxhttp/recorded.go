@@ -11,10 +11,13 @@ import (
 )
 
 // replayedHeaders are the response headers a record keeps besides [Config.ReplayHeaders]: those
-// that describe the representation and where the created resource is. Date, Set-Cookie and
-// the connection's own headers are not replayed.
+// that describe the representation and where the created resource is, and Vary, which says
+// what request headers a cache must match before it serves the response to another request:
+// without it, a replayed Cache-Control: public would let a shared cache serve one client's
+// response to others. Set-Cookie, Date and the connection's own headers are never replayed
+// (neverReplayed).
 var replayedHeaders = []string{"Content-Type", "Content-Language", "Content-Location", "Location", "ETag",
-	"Last-Modified", "Cache-Control", "Link"}
+	"Last-Modified", "Cache-Control", "Vary", "Link"}
 
 // recordedResponse is the response as the inbox records it with the claim: a field of the
 // claim's record of its own (see package entry), never a message, so that nothing a producer
@@ -30,7 +33,7 @@ type recordedResponse struct {
 // body is larger than MaxRecordedBody.
 func (m *middleware) record(served *buffered) []byte {
 	rec := recordedResponse{Status: served.statusCode(), Header: map[string][]string{}, Body: served.body.Bytes()}
-	for _, name := range append(replayedHeaders, m.config.ReplayHeaders...) {
+	for _, name := range m.replayed {
 		if v := served.header.Values(name); len(v) > 0 {
 			rec.Header[http.CanonicalHeaderKey(name)] = v
 		}

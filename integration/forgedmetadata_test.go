@@ -110,25 +110,27 @@ func TestProducerMetadataIsPublishedAgainAsItIs(t *testing.T) {
 
 // A broker message cannot pose as an HTTP response: under a consumer an HTTP endpoint shares,
 // a message whose metadata forges a recorded redirect and cookie, processed first, makes the
-// request with its UUID as the key a 204 replay (processed elsewhere), without its Location or
+// request claimed under the message's UUID a 204 replay (processed elsewhere), without its Location or
 // Set-Cookie.
 func TestHTTPReplayIsNeverABrokerMessage(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		orders := copyingBilling(t, b, &recordingPublisher{})
-		order := message.NewMessage(watermill.NewUUID(), []byte("order"))
+		// The broker message is claimed under the key the request's is: its scope's and key's.
+		key := watermill.NewUUID()
+		order := message.NewMessage(inboxhttp.ScopedKey("", key), []byte("order"))
 		order.Metadata = maps.Clone(forgedMetadata)
 		if err := orders.Publish("orders", order); err != nil {
 			t.Fatal(err)
 		}
 
-		mw, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: "billing", Fingerprint: inboxhttp.BodySHA256}, nil)
+		mw, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped, Fingerprint: inboxhttp.BodySHA256}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		server := httptest.NewServer(mw(&orderHandler{b: b}))
 		t.Cleanup(server.Close)
 		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		r := post(t, client, server.URL, order.UUID, order.UUID, []byte("order"))
+		r := post(t, client, server.URL, key, order.UUID, []byte("order"))
 		if r.status != http.StatusNoContent || !r.replayed || r.header.Get("Location") != "" || r.header.Get("Set-Cookie") != "" {
 			t.Errorf("the request with the broker message's UUID as its key: %d, replayed %v, Location %q, Set-Cookie %q; "+
 				"want 204, replayed, neither header", r.status, r.replayed, r.header.Get("Location"), r.header.Get("Set-Cookie"))

@@ -41,7 +41,7 @@ func TestHTTPServerHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := inboxhttp.New(store, inboxhttp.Config{Consumer: "billing", Required: true}, nil)
+	mw, err := inboxhttp.NewMiddleware(store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped, RequireKey: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestHTTPServerKilledMidTraffic(t *testing.T) {
 			t.Errorf("%s: never answered", key)
 			continue
 		}
-		if n := b.claims(t, "billing", key); n != 1 {
+		if n := b.claims(t, "billing", inboxhttp.ScopedKey("", key)); n != 1 {
 			t.Errorf("%s: %d claims", key, n)
 		}
 		if n := b.invoices(t, "billing", key); n != 1 {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,12 +13,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/inboxhttp"
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // orderHandler is an HTTP endpoint that creates an order: it writes one business row
@@ -81,9 +86,17 @@ func post(t *testing.T, client *http.Client, url, key, order string, body []byte
 
 // send sends a request with the key (none if "") and the order's header, and reads the answer.
 func send(client *http.Client, url, key, order string, body []byte) (httpReply, error) {
+	return sendWith(client, url, key, order, body, nil)
+}
+
+// sendWith is send with the headers of header added.
+func sendWith(client *http.Client, url, key, order string, body []byte, header http.Header) (httpReply, error) {
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return httpReply{}, err
+	}
+	for name, values := range header {
+		req.Header[name] = values
 	}
 	if key != "" {
 		req.Header.Set(inboxhttp.HeaderKey, `"`+key+`"`)
@@ -119,7 +132,7 @@ func httpStorm(t *testing.T, name string, writeBehind bool) {
 	t.Parallel()
 	b := backends[name](t)
 	h := &orderHandler{b: b}
-	mw, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: "billing", Required: true, WriteBehind: writeBehind}, nil)
+	mw, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped, RequireKey: true, WriteBehind: writeBehind}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,11 +244,109 @@ func httpStorm(t *testing.T, name string, writeBehind bool) {
 		h.runs.Load(), orders, conflicts.Load(), serverErrors.Load())
 }
 
+// 200 keys, each sent by 8 clients at once that retry a 409 after a short back-off until they
+// are answered 201, on the stores where claims race hardest: no request sent after a client
+// got its key's 201 (so after the key's commit) is answered 409, whatever the other copies
+// are doing; every key has one business row and one claim, and every 201 of a key is byte for
+// byte the first.
+func TestHTTPRetryStormConflictsOnlyBeforeCommit(t *testing.T) {
+	names := []string{"pgx/postgres", "pgx-pipeline/postgres", "database-sql/mariadb", "database-sql/mariadb/multi-statements"}
+	forEachHTTPMode(t, names, func(t *testing.T, b *backend, writeBehind bool) {
+		h := &orderHandler{b: b}
+		server := endpoint(t, b, inboxhttp.Config{RequireKey: true, WriteBehind: writeBehind}, h, nil)
+		client := server.Client()
+
+		const keys, clients = 200, 8
+		type answer struct {
+			status         int
+			sent, received time.Time
+			body           []byte
+		}
+		answers := make([][]answer, keys)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16) // keys at once
+		for i := range keys {
+			key := fmt.Sprintf("storm-%03d", i)
+			body := []byte(`{"order":"` + key + `"}`)
+			sem <- struct{}{}
+			var keyWG sync.WaitGroup
+			for range clients {
+				keyWG.Go(func() {
+					for attempt := 0; attempt < 500; attempt++ {
+						sent := time.Now()
+						r, err := send(client, server.URL+"/orders", key, key, body)
+						a := answer{status: r.status, sent: sent, received: time.Now(), body: r.body}
+						if err != nil {
+							t.Errorf("%s: %v", key, err)
+							return
+						}
+						mu.Lock()
+						answers[i] = append(answers[i], a)
+						mu.Unlock()
+						switch {
+						case r.status == http.StatusCreated:
+							return
+						case r.status == http.StatusConflict || r.status >= 500:
+							time.Sleep(time.Millisecond) // a client's back-off, not a synchronisation
+						default:
+							t.Errorf("%s: status %d: %s", key, r.status, r.body)
+							return
+						}
+					}
+					t.Errorf("%s: no 201 after 500 attempts", key)
+				})
+			}
+			wg.Go(func() { keyWG.Wait(); <-sem })
+		}
+		wg.Wait()
+
+		var conflicts, late int
+		for i, got := range answers {
+			key := fmt.Sprintf("storm-%03d", i)
+			var first *answer
+			for j := range got {
+				if got[j].status == http.StatusCreated && (first == nil || got[j].received.Before(first.received)) {
+					first = &got[j]
+				}
+			}
+			if first == nil {
+				t.Errorf("%s: never created", key)
+				continue
+			}
+			for _, a := range got {
+				switch {
+				case a.status == http.StatusConflict && a.sent.After(first.received):
+					late++
+				case a.status == http.StatusConflict:
+					conflicts++
+				case a.status == http.StatusCreated && !bytes.Equal(a.body, first.body):
+					t.Errorf("%s: two answers differ: %s and %s", key, first.body, a.body)
+				}
+			}
+			if n := b.invoices(t, "billing", key); n != 1 {
+				t.Errorf("%s: %d business rows, want 1", key, n)
+			}
+			if n := b.claims(t, "billing", inboxhttp.ScopedKey("", key)); n != 1 {
+				t.Errorf("%s: %d claims, want 1", key, n)
+			}
+		}
+		if late != 0 {
+			t.Errorf("%d requests sent after their key's first 201 had reached a client were answered 409, want 0", late)
+		}
+		t.Logf("%d keys × %d clients: %d handler runs, %d answers 409 while the first request's claim was open, %d after its commit",
+			keys, clients, h.runs.Load(), conflicts, late)
+	})
+}
+
 // Copies of one request sent at once to one server: one runs, the others get 409 at once or,
-// once it has committed, its replay; never a second run.
+// once it has committed, its replay; never a second run. A copy that is not answered at once
+// (one waiting on the first's row lock) fails the test within seconds.
 func TestHTTPConcurrentCopiesAreOneRequest(t *testing.T) {
 	b := backends["pgx/postgres"](t)
 	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
 	var runs atomic.Int64
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
@@ -249,12 +360,13 @@ func TestHTTPConcurrentCopiesAreOneRequest(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	mw, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: "billing"}, nil)
+	mw, err := inboxhttp.NewMiddleware(b.store, inboxhttp.Config{Consumer: "billing", Scope: inboxhttp.Unscoped}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	server := httptest.NewServer(mw(h))
 	t.Cleanup(server.Close)
+	t.Cleanup(unblock) // before the server closes, which waits for the first request
 	first := make(chan httpReply, 1)
 	go func() { first <- post(t, server.Client(), server.URL, "once", "once", nil) }()
 	select {
@@ -262,12 +374,17 @@ func TestHTTPConcurrentCopiesAreOneRequest(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first request did not reach the handler")
 	}
+	copies := &http.Client{Timeout: 5 * time.Second}
 	for range 5 {
-		if r := post(t, server.Client(), server.URL, "once", "once", nil); r.status != http.StatusConflict || r.header.Get("Retry-After") == "" {
-			t.Errorf("a copy while the first runs: %d %s, want 409 with Retry-After", r.status, r.body)
+		r, err := send(copies, server.URL, "once", "once", nil)
+		if err != nil {
+			t.Fatalf("a copy while the first runs: %v, want 409 at once", err)
+		}
+		if r.status != http.StatusConflict || r.header.Get("Retry-After") != "1" {
+			t.Errorf("a copy while the first runs: %d %s, want 409 with Retry-After: 1", r.status, r.body)
 		}
 	}
-	close(release)
+	unblock()
 	if r := <-first; r.status != http.StatusCreated || r.replayed {
 		t.Fatalf("the first: %d, replayed %v", r.status, r.replayed)
 	}
@@ -280,17 +397,12 @@ func TestHTTPConcurrentCopiesAreOneRequest(t *testing.T) {
 	wantRows(t, "business rows", b.invoices(t, "billing", "once"), 1)
 }
 
-// orderServer serves an orderHandler on b behind inboxhttp (consumer billing) until the test
-// ends, and checks that a first order is created.
-func orderServer(t *testing.T, b *backend) (*orderHandler, *httptest.Server) {
+// orderServer serves an orderHandler on b behind inboxhttp (consumer billing), logging to
+// logger (nil: nowhere), until the test ends, and checks that a first order is created.
+func orderServer(t *testing.T, b *backend, logger watermill.LoggerAdapter) (*orderHandler, *httptest.Server) {
 	t.Helper()
 	h := &orderHandler{b: b}
-	mw, err := inboxhttp.New(b.store, inboxhttp.Config{Consumer: "billing"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := httptest.NewServer(mw(h))
-	t.Cleanup(server.Close)
+	server := endpoint(t, b, inboxhttp.Config{}, h, logger)
 	if r := post(t, server.Client(), server.URL, "before", "before", nil); r.status != http.StatusCreated {
 		t.Fatalf("the first order: %d %s", r.status, r.body)
 	}
@@ -313,18 +425,27 @@ func createdOnRetry(t *testing.T, server *httptest.Server, b *backend, key strin
 		time.Sleep(50 * time.Millisecond) // a client's back-off, not a synchronisation
 	}
 	wantRows(t, key+" business rows", b.invoices(t, "billing", key), 1)
-	wantRows(t, key+" claims", b.claims(t, "billing", key), 1)
+	wantRows(t, key+" claims", b.claims(t, "billing", inboxhttp.ScopedKey("", key)), 1)
 }
 
 // The database really stopped: a PostgreSQL of the test's own shut down at once (as
-// pg_ctl stop -m immediate does) for 5 s while requests arrive. Each gets 503 with
-// Retry-After and the handler never runs; none is recorded as done; once the server is back
-// each succeeds on its retry, with one business row and one claim.
+// pg_ctl stop -m immediate does) for 5 s while requests arrive, the store connecting to it
+// directly, so that it meets the refused connection itself. Each request gets 503 with
+// Retry-After, naming neither the database's address nor its user, and the handler never runs;
+// the refusal is among the errors logged; none is
+// recorded as done; once the server is back each succeeds on its retry, with one business row
+// and one claim.
 func TestHTTPDatabaseStopped(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NewPostgres(t)
 	b := pgxBackendOn(t, srv.URL(), srv.URL())
-	h, server := orderServer(t, b)
+	direct, err := sqlinbox.NewPgx(openPgxPool(t, srv.URL()), sqlinbox.Config{Table: b.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.store = direct // not through the proxy, which would close the connection it cannot dial
+	logger := watermill.NewCaptureLogger()
+	h, server := orderServer(t, b, logger)
 	runsBefore := h.runs.Load()
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -334,20 +455,33 @@ func TestHTTPDatabaseStopped(t *testing.T) {
 	for i := 0; time.Since(stopped) < 5*time.Second; i++ {
 		key := fmt.Sprintf("stopped-%d", i)
 		during = append(during, key)
-		if r := post(t, server.Client(), server.URL, key, key, nil); r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+		r := post(t, server.Client(), server.URL, key, key, nil)
+		if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
 			t.Errorf("%s with the database stopped: %d %s, want 503 with Retry-After", key, r.status, r.body)
+		}
+		if strings.Contains(string(r.body), "127.0.0.1") || strings.Contains(string(r.body), "postgres") {
+			t.Errorf("%s: the problem names the database's address or user: %s", key, r.body)
 		}
 		time.Sleep(100 * time.Millisecond) // the pace of the requests, not a synchronisation
 	}
 	if ran := h.runs.Load() - runsBefore; ran != 0 {
 		t.Errorf("the handler ran %d times with the database stopped, want 0", ran)
 	}
+	refused := 0
+	for _, m := range logger.Captured()[watermill.ErrorLogLevel] {
+		if errors.Is(m.Err, syscall.ECONNREFUSED) {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Error("no request met the refused connection: the store did not dial the stopped server")
+	}
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
 	for _, key := range during {
-		wantRows(t, key+" claims before its retry", b.claims(t, "billing", key), 0)
+		wantRows(t, key+" claims before its retry", b.claims(t, "billing", inboxhttp.ScopedKey("", key)), 0)
 	}
 	for _, key := range during {
 		createdOnRetry(t, server, b, key)
@@ -363,7 +497,7 @@ func TestHTTPDatabaseOutage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := backends[name](t)
-			_, server := orderServer(t, b)
+			_, server := orderServer(t, b, nil)
 			restore := b.outage()
 			for i := range 20 {
 				key := fmt.Sprintf("during-%d", i)

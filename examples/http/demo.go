@@ -76,7 +76,7 @@ func demo(ctx context.Context, db *sql.DB, endpoint http.Handler, pubSub *gochan
 	return report(ctx, db, orders, &t)
 }
 
-// postOrder posts order with its ID as the key until it is answered 201 (a 409 says a copy
+// postOrder posts order as the customer acme, with its ID as the key, until it is answered 201 (a 409 says a copy
 // is still running: send it again).
 func postOrder(ctx context.Context, url string, order Order, t *tally) error {
 	body, _ := json.Marshal(order) // an Order always marshals
@@ -86,6 +86,7 @@ func postOrder(ctx context.Context, url string, order Order, t *tally) error {
 			return err
 		}
 		req.Header.Set("Idempotency-Key", `"`+order.OrderID+`"`)
+		req.Header.Set("Authorization", "Bearer demo-token-acme")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
@@ -110,11 +111,14 @@ func postOrder(ctx context.Context, url string, order Order, t *tally) error {
 	return fmt.Errorf("POST %s: still in flight after 50 tries", order.OrderID)
 }
 
-// publishOrder publishes order copies times, each a message whose UUID is the order's key.
+// publishOrder publishes order copies times, each a message of the customer acme whose UUID is
+// the order's key.
 func publishOrder(pub message.Publisher, order Order, copies int, t *tally) error {
 	payload, _ := json.Marshal(order) // an Order always marshals
 	for range copies {
-		if err := pub.Publish(topic, message.NewMessage(order.OrderID, payload)); err != nil {
+		msg := message.NewMessage(order.OrderID, payload)
+		msg.Metadata.Set("customer", "acme")
+		if err := pub.Publish(topic, msg); err != nil {
 			return err
 		}
 		t.published.Add(1)

@@ -92,13 +92,18 @@ func run(ctx context.Context, dir, listen string, orders int) error {
 	return demo(ctx, db, endpoint, pubSub, orders)
 }
 
-// newEndpoint is the HTTP side: POST /orders behind inboxhttp, the key required. The body is
+// newEndpoint is the HTTP side: POST /orders behind inboxhttp, the key required and scoped to
+// the customer who sends it, so that two customers may use the same key. The body is
 // fingerprinted as the broker's messages are (their payload's SHA-256), so that an order sent
 // both ways under one key is one order. GET /readyz is the readiness probe: 503 with the
 // reason while the database or the inbox table cannot work.
 func newEndpoint(store *sqlinbox.Store) (http.Handler, error) {
-	idempotent, err := inboxhttp.New(store, inboxhttp.Config{Consumer: "billing", Required: true,
-		Fingerprint: inboxhttp.BodySHA256}, nil)
+	idempotent, err := inboxhttp.NewMiddleware(store, inboxhttp.Config{
+		Consumer:    "billing",
+		Scope:       customerOf, // whose key it is: the authenticated customer
+		RequireKey:  true,
+		Fingerprint: inboxhttp.BodySHA256,
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +111,30 @@ func newEndpoint(store *sqlinbox.Store) (http.Handler, error) {
 	mux.Handle("POST /orders", idempotent(http.HandlerFunc(createOrder)))
 	mux.Handle("GET /readyz", inboxhttp.Ready(store))
 	return mux, nil
+}
+
+// customers are the bearer tokens the demonstration knows, and the customer each
+// authenticates; a service asks its authentication instead.
+var customers = map[string]string{"Bearer demo-token-acme": "acme", "Bearer demo-token-globex": "globex"}
+
+// customerOf is the endpoint's scope: the customer the request's bearer token authenticates.
+// A request without a known token is refused (403) before its key is claimed.
+func customerOf(r *http.Request) (string, error) {
+	customer, ok := customers[r.Header.Get("Authorization")]
+	if !ok {
+		return "", errors.New("send a known bearer token")
+	}
+	return customer, nil
+}
+
+// orderKey is the broker side's key: the claim an order sent by HTTP has, by the message's
+// customer and UUID, so that an order sent both ways is one order.
+func orderKey(msg *message.Message) (string, error) {
+	customer := msg.Metadata.Get("customer")
+	if customer == "" {
+		return "", fmt.Errorf("order %s has no customer", msg.UUID)
+	}
+	return inboxhttp.ScopedKey(customer, msg.UUID), nil
 }
 
 // serve serves handler on addr until ctx is done.
@@ -129,7 +158,7 @@ func serve(ctx context.Context, addr string, handler http.Handler) error {
 // newRouter is the broker side: handleOrder on the orders topic behind the inbox, in the
 // recommended middleware stack.
 func newRouter(store inbox.Store, pubSub *gochannel.GoChannel) (*message.Router, error) {
-	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing"}, nil)
+	inboxMiddleware, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", Key: orderKey}, nil)
 	if err != nil {
 		return nil, err
 	}

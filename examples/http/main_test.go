@@ -48,6 +48,7 @@ func TestOrderByHTTPThenByBroker(t *testing.T) {
 	body, _ := json.Marshal(Order{OrderID: "order-7", AmountCents: 700})
 	req, _ := http.NewRequest(http.MethodPost, server.URL+"/orders", bytes.NewReader(body))
 	req.Header.Set("Idempotency-Key", `"order-7"`)
+	req.Header.Set("Authorization", "Bearer demo-token-acme")
 	resp, err := server.Client().Do(req)
 	if err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST: %v %v", resp, err)
@@ -74,7 +75,9 @@ func TestOrderByHTTPThenByBroker(t *testing.T) {
 	t.Cleanup(func() { _ = router.Close() })
 	<-router.Running()
 	acked := make(chan error, 1)
-	go func() { acked <- pubSub.Publish(topic, message.NewMessage("order-7", body)) }() // returns once acked
+	copyOfOrder := message.NewMessage("order-7", body)
+	copyOfOrder.Metadata.Set("customer", "acme")
+	go func() { acked <- pubSub.Publish(topic, copyOfOrder) }() // returns once acked
 	select {
 	case err := <-acked:
 		if err != nil {

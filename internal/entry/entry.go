@@ -7,13 +7,17 @@ package entry
 
 import "context"
 
-// Exchange is one delivery's: the entry point fills Fingerprint before the middleware runs and
-// Response in its handler; the middleware fills the rest.
+// Exchange is one delivery's: the entry point fills Fingerprint and OnCommitted before the
+// middleware runs and Response in its handler; the middleware fills the rest.
 type Exchange struct {
 	// Fingerprint is the delivery's fingerprint, as the entry point computed it; nil: none.
 	Fingerprint []byte
 	// Response is the response the handler produced, recorded with the claim; nil: none.
 	Response []byte
+	// OnCommitted, if set, is called by [Exchange.SetCommitted], the moment the key is known
+	// committed and before anything is published, so that the entry point stops treating the
+	// key as in flight while the publishing runs.
+	OnCommitted func()
 
 	// Committed is set by the middleware once the claim is committed: by this delivery's
 	// COMMIT, or found committed by an earlier one (a duplicate). What fails after it (the
@@ -24,6 +28,19 @@ type Exchange struct {
 	// Recorded is, for a duplicate, the response its first delivery recorded; nil if none was
 	// (a broker message claimed the key first).
 	Recorded []byte
+	// CommitFailed is set by the middleware when this delivery's COMMIT (in write-behind mode
+	// the one request of claim, writes and COMMIT) returned an error: the server may have made
+	// it durable before the error, so whether the key is committed is not known.
+	CommitFailed bool
+}
+
+// SetCommitted records that the key is committed, by an earlier delivery if duplicate (whose
+// recorded response is recorded), and calls OnCommitted.
+func (e *Exchange) SetCommitted(duplicate bool, recorded []byte) {
+	e.Committed, e.Duplicate, e.Recorded = true, duplicate, recorded
+	if e.OnCommitted != nil {
+		e.OnCommitted()
+	}
 }
 
 type exchangeKey struct{}
