@@ -31,6 +31,8 @@ type database struct {
 	// commitFault returns a statement that, run in the inbox transaction (on r, the
 	// transaction; direct outside it), makes its COMMIT fail.
 	commitFault func(t *testing.T, direct *sql.DB) (name string, fault func(ctx context.Context, r inboxtest.Runner) error, queued string)
+	// twoHoursAgo is an SQL expression of the time two hours ago, as processed_at holds it.
+	twoHoursAgo string
 	// retriable: the database's ways of resolving a race between copies with an error.
 	retriable func(err error) bool
 }
@@ -56,7 +58,8 @@ var databases = []database{
 			violate := "INSERT INTO " + faults + " (v) VALUES (1), (1)"
 			return "deferred constraint fails at COMMIT", func(ctx context.Context, r inboxtest.Runner) error { return r.Exec(ctx, violate) }, violate
 		},
-		retriable: func(error) bool { return false },
+		twoHoursAgo: "now() - interval '2 hours'",
+		retriable:   func(error) bool { return false },
 	},
 	{
 		name: "mysql", dialect: outsidedialect.MySQL{}, driver: "mysql",
@@ -71,6 +74,7 @@ var databases = []database{
 				return err
 			}, ""
 		},
+		twoHoursAgo: "UTC_TIMESTAMP(6) - INTERVAL 2 HOUR",
 		// InnoDB resolves some races between copies of one key with a deadlock or a lock
 		// wait timeout.
 		retriable: func(err error) bool {
@@ -91,7 +95,8 @@ var databases = []database{
 			violate := "INSERT INTO " + child + " (pid) VALUES (42)"
 			return "deferred foreign key fails at COMMIT", func(ctx context.Context, r inboxtest.Runner) error { return r.Exec(ctx, violate) }, violate
 		},
-		retriable: func(err error) bool { return strings.Contains(err.Error(), "SQLITE_BUSY") },
+		twoHoursAgo: "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 hours')",
+		retriable:   func(err error) bool { return strings.Contains(err.Error(), "SQLITE_BUSY") },
 	},
 }
 
