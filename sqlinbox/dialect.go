@@ -203,20 +203,17 @@ type SizeQuery struct {
 // SchemaSQL returns the script that creates the inbox table and its index in dialect if they
 // do not exist, each statement ended by ";", for teams that run their own migrations.
 func SchemaSQL(dialect Dialect, table string) (string, error) {
-	if dialect == nil {
-		return "", errNoDialect
-	}
-	t, err := dialect.ParseTable(table)
+	t, err := parseTable(dialect, table)
 	if err != nil {
 		return "", err
 	}
 	return strings.Join(dialect.CreateTable(t), ";\n") + ";\n", nil
 }
 
-// parseTable is ParseTable with the table named in an error about a nil dialect.
+// parseTable is ParseTable, after refusing a dialect that cannot be used (see checkDialect).
 func parseTable(dialect Dialect, table string) (Table, error) {
-	if dialect == nil {
-		return Table{}, errNoDialect
+	if err := checkDialect(dialect); err != nil {
+		return Table{}, err
 	}
 	return dialect.ParseTable(table)
 }

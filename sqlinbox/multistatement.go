@@ -46,8 +46,8 @@ func NewMultiStatement(connector driver.Connector, dialect Dialect, config Confi
 	if connector == nil {
 		return nil, nil, errors.New("sqlinbox: NewMultiStatement: connector is nil")
 	}
-	if dialect == nil {
-		return nil, nil, errNoDialect
+	if err := checkDialect(dialect); err != nil {
+		return nil, nil, err
 	}
 	multi := dialect.MultiStatement()
 	if multi == nil || multi.Probe == "" {

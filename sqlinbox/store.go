@@ -47,8 +47,9 @@ func newStore(p pool, dialect Dialect, config Config) (*Store, error) {
 // Dialect returns the dialect the store speaks.
 func (s *Store) Dialect() Dialect { return s.sql.dialect }
 
-// Table returns the inbox table, as the store's statements name it.
-func (s *Store) Table() Table { return s.sql.table }
+// Table returns the inbox table, as the store's statements name it, with the name of its
+// primary key ([Table.PrimaryKey]) once a table check has passed (see CheckTable).
+func (s *Store) Table() Table { return s.table.withKey(s.sql.table) }
 
 // InitializeSchema creates the inbox table and its index if they do not exist, in one
 // transaction (see [Dialect.CreateTable]), then checks the table (see CheckTable): a table found
