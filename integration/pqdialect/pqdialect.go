@@ -1,10 +1,11 @@
 // Package pqdialect is a sqlinbox.Dialect written outside package sqlinbox, as a team writes
 // one for a database or a driver the library does not ship: PostgreSQL through
 // github.com/lib/pq, whose errors are *pq.Error rather than pgx's *pgconn.PgError. It writes
-// out every method, with SQL of its own, and embeds a nil sqlinbox.Dialect only for the
-// interface's unexported method: a method it did not write would panic, so that its tests
-// passing shows a dialect needs nothing the library keeps to itself. (A team's own dialect
-// embeds sqlinbox.Postgres instead and overrides what differs.)
+// out every exported method, with SQL of its own, and embeds sqlinbox.Postgres only for the
+// interface's unexported method (TestEveryMethodIsWrittenHere checks that nothing else is
+// promoted from it), so that its tests passing shows a dialect needs nothing the library
+// keeps to itself. (A team's own dialect embeds sqlinbox.Postgres too, and overrides only
+// what differs.)
 //
 // Its tests run the store conformance suite, the table check, retention, the command-line
 // tool's schema, check and stats, and the handler kit on it, against the real PostgreSQL.
@@ -22,7 +23,7 @@ import (
 )
 
 // Dialect is PostgreSQL through lib/pq.
-type Dialect struct{ sqlinbox.Dialect }
+type Dialect struct{ sqlinbox.Postgres }
 
 // New returns the dialect.
 func New() sqlinbox.Dialect { return Dialect{} }
