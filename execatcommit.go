@@ -32,12 +32,12 @@ type Statement struct {
 func ExecAtCommit(ctx context.Context, sql string, args ...any) error {
 	c, ok := scopeFrom(ctx)
 	if !ok {
-		return fmt.Errorf("%w: ExecAtCommit: %w", ErrNoHandlerContext, cause.NotFromMiddleware)
+		return fmt.Errorf("%w: ExecAtCommit: %w", ErrNoHandlerContext, cause.ErrNotFromMiddleware)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ended {
-		return fmt.Errorf("%w: ExecAtCommit called after %w", ErrNoHandlerContext, cause.AfterReturn)
+		return fmt.Errorf("%w: ExecAtCommit called after %w", ErrNoHandlerContext, cause.ErrAfterReturn)
 	}
 	if c.tx == nil {
 		c.queued = append(c.queued, Statement{SQL: sql, Args: args})

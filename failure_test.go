@@ -275,16 +275,16 @@ func TestHandlerThatOverranItsTimeoutIsPoisonous(t *testing.T) {
 }
 
 // judgingStore is a classifyingStore whose transactions judge the handler's error themselves,
-// as sqlinbox's do: only errDatabaseDown met on the transaction (metOnTx) is the
+// as sqlinbox's do: only errDatabaseDown met on the transaction (errMetOnTx) is the
 // infrastructure's, whatever the store's IsTransient says of its type.
 type judgingStore struct{ classifyingStore }
 
-// metOnTx stands for an error the database raised on the claim's transaction.
-var metOnTx = fmt.Errorf("deadlock on the inbox transaction: %w", errDatabaseDown)
+// errMetOnTx stands for an error the database raised on the claim's transaction.
+var errMetOnTx = fmt.Errorf("deadlock on the inbox transaction: %w", errDatabaseDown)
 
 type judgingTx struct{ *fakeTx }
 
-func (judgingTx) IsTransient(err error) bool { return errors.Is(err, metOnTx) }
+func (judgingTx) IsTransient(err error) bool { return errors.Is(err, errMetOnTx) }
 
 func (s judgingStore) Claim(ctx context.Context, c inbox.Claim) (inbox.Tx, *inbox.Record, error) {
 	tx, prior, err := s.classifyingStore.Claim(ctx, c)
@@ -316,7 +316,7 @@ func TestHandlerErrorsAreJudgedByWhereTheyHappened(t *testing.T) {
 		handler   func() error
 		poisonous bool
 	}{
-		{"met on the transaction, which judges", judgingStore{classifyingStore{newFakeStore()}}, func() error { return metOnTx }, false},
+		{"met on the transaction, which judges", judgingStore{classifyingStore{newFakeStore()}}, func() error { return errMetOnTx }, false},
 		{"the same type elsewhere, the transaction judging", judgingStore{classifyingStore{newFakeStore()}},
 			func() error { return fmt.Errorf("another service: %w", errDatabaseDown) }, true},
 		{"the same type, a store whose transaction does not judge", classifyingStore{newFakeStore()},

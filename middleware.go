@@ -283,5 +283,5 @@ func (m *middleware) usePublisher(p *Publisher) error {
 	if m.publisher.CompareAndSwap(nil, p) || m.publisher.Load() == p {
 		return nil
 	}
-	return fmt.Errorf("inbox: %w: this inbox publishes through another Publisher; share one between your buses", cause.PublisherMismatch)
+	return fmt.Errorf("inbox: %w: this inbox publishes through another Publisher; share one between your buses", cause.ErrPublisherMismatch)
 }

@@ -97,7 +97,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ended {
-		return fmt.Errorf("%w: Publish called after %w", ErrNoHandlerContext, cause.AfterReturn)
+		return fmt.Errorf("%w: Publish called after %w", ErrNoHandlerContext, cause.ErrAfterReturn)
 	}
 	for _, msg := range messages {
 		// A copy: the handler may reuse or change its message after Publish returns.
@@ -118,7 +118,7 @@ func (p *Publisher) bind(store Store) error {
 		return nil
 	}
 	if p.store != store {
-		return fmt.Errorf("inbox: %w: it records with the claims of another Store, and one Publisher serves the inboxes of one Store", cause.PublisherMismatch)
+		return fmt.Errorf("inbox: %w: it records with the claims of another Store, and one Publisher serves the inboxes of one Store", cause.ErrPublisherMismatch)
 	}
 	return nil
 }

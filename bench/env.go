@@ -314,14 +314,6 @@ func (e *env) table(db, prefix string) string {
 	return name
 }
 
-// drop drops one table now (and forgets it).
-func (e *env) drop(ctx context.Context, db, name string) error {
-	e.mu.Lock()
-	e.tables = slices.DeleteFunc(e.tables, func(t ownedTable) bool { return t == ownedTable{db, name} })
-	e.mu.Unlock()
-	return e.dropTable(ctx, ownedTable{db, name})
-}
-
 func (e *env) dropTable(ctx context.Context, t ownedTable) error {
 	query := "DROP TABLE IF EXISTS " + t.name
 	var err error

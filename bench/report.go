@@ -287,14 +287,14 @@ func (r *report) targets() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | **"+f+"** ["+f+"–"+f+"] (%d rounds) | %s |\n", name, want, s.med, s.min, s.max, s.n, verdict)
 	}
-	const halfMS = 250 * time.Microsecond
-	if x, ok := r.find("cost", "postgres", halfMS, 8, vWB); ok {
+	const halfMillisecond = 250 * time.Microsecond
+	if x, ok := r.find("cost", "postgres", halfMillisecond, 8, vWB); ok {
 		check(fmt.Sprintf("RTT %s: WriteBehind ÷ business alone", ms(x.rtt)), "≥ 1.8", x.ratio, x.ratio.med >= 1.8)
 	}
-	if x, ok := r.findDerived("cost", halfMS, 8, dWBvsHand); ok {
+	if x, ok := r.findDerived("cost", halfMillisecond, 8, dWBvsHand); ok {
 		check(fmt.Sprintf("RTT %s: WriteBehind ÷ hand-written inbox", ms(x.rtt)), "≥ 2.3", x.s, x.s.med >= 2.3)
 	}
-	if x, ok := r.find("cost", "postgres", halfMS, 8, vTx); ok {
+	if x, ok := r.find("cost", "postgres", halfMillisecond, 8, vTx); ok {
 		check(fmt.Sprintf("RTT %s: TxFromContext ÷ business alone", ms(x.rtt)), "≥ 0.95", x.ratio, x.ratio.med >= 0.95)
 	}
 	if x, ok := r.find("cost", "postgres", 0, 8, vWB); ok {
@@ -311,11 +311,11 @@ func (r *report) targets() string {
 		variant string
 		want    float64
 	}{{vTxText, 0.95}, {vQueueText, 1.3}, {vWB, 1.8}} {
-		if x, ok := r.find("cost", "mysql", halfMS, 8, t.variant); ok {
+		if x, ok := r.find("cost", "mysql", halfMillisecond, 8, t.variant); ok {
 			check(fmt.Sprintf("MariaDB/MySQL, RTT %s: %s ÷ business alone", ms(x.rtt), t.variant), fmt.Sprintf("≥ %.2g", t.want), x.ratio, x.ratio.med >= t.want)
 		}
 	}
-	if x, ok := r.find("cost", "mysql", halfMS, 8, vDup); ok {
+	if x, ok := r.find("cost", "mysql", halfMillisecond, 8, vDup); ok {
 		fmt.Fprintf(&b, "| %s: round trips of a WriteBehind duplicate | ≤ 2 | **%.2f** | %s |\n", x.where(), x.trips, map[bool]string{true: "met", false: "**missed**"}[x.trips <= 2])
 	}
 	if x, ok := r.findDerived("router", 0, 8, dRouterVsDedup); ok {
@@ -330,7 +330,7 @@ func (r *report) targets() string {
 	for _, t := range []struct {
 		delay time.Duration
 		want  float64
-	}{{halfMS, 1.5}, {time.Millisecond, 2}} {
+	}{{halfMillisecond, 1.5}, {time.Millisecond, 2}} {
 		x, ok := r.find("pipeline", "postgres", t.delay, pipelineConns, vPipe64)
 		if !ok {
 			continue

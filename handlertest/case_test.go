@@ -42,7 +42,7 @@ func TestBadInputIsRefusedWithEveryProblem(t *testing.T) {
 		"Concurrent": handlertest.Concurrent, "Failures": handlertest.Failures, "External": handlertest.External,
 	} {
 		r := &keepingT{}
-		res := run(nil, r, handlertest.Case{}, nil) //nolint:staticcheck // a nil context is one of the problems
+		res := run(nil, r, handlertest.Case{}, nil) // a nil context is one of the problems
 		want := []string{
 			"handlertest: the context is nil", "handlertest: Case.Handler is nil", "handlertest: Case.Store is nil",
 			"handlertest: Case.Message is nil", "handlertest: Case.Snapshot is nil", "handlertest: Case.Reset is nil",

@@ -185,7 +185,8 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	} else if opts != (driver.TxOptions{}) {
 		err = fmt.Errorf("handlertest: the driver's connection %T has no BeginTx for options %+v", c.inner, opts)
 	} else {
-		inner, err = c.inner.Begin() //nolint:staticcheck // a driver without BeginTx
+		//lint:ignore SA1019 a driver without BeginTx
+		inner, err = c.inner.Begin()
 	}
 	if err != nil {
 		c.release()
@@ -283,14 +284,16 @@ func (s *stmt) Exec(args []driver.Value) (driver.Result, error) {
 	if _, err := s.c.gate(context.Background(), s.query); err != nil {
 		return nil, err
 	}
-	return s.inner.Exec(args) //nolint:staticcheck // database/sql calls it for a driver without ExecContext
+	//lint:ignore SA1019 database/sql calls it for a driver without ExecContext
+	return s.inner.Exec(args)
 }
 
 func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
 	if _, err := s.c.gate(context.Background(), s.query); err != nil {
 		return nil, err
 	}
-	return s.inner.Query(args) //nolint:staticcheck // as Exec
+	//lint:ignore SA1019 as Exec
+	return s.inner.Query(args)
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
@@ -304,7 +307,8 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 	if err != nil {
 		return nil, err
 	}
-	return s.inner.Exec(values) //nolint:staticcheck // a driver without ExecContext
+	//lint:ignore SA1019 a driver without ExecContext
+	return s.inner.Exec(values)
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
@@ -318,7 +322,8 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driv
 	if err != nil {
 		return nil, err
 	}
-	return s.inner.Query(values) //nolint:staticcheck // a driver without QueryContext
+	//lint:ignore SA1019 a driver without QueryContext
+	return s.inner.Query(values)
 }
 
 // CheckNamedValue asks the statement's checker, else the connection's, as database/sql

@@ -58,13 +58,13 @@ func (s *session) nackCause(v view, err error, panicked any) string {
 		return causeEndedByHandler
 	case errors.Is(err, inbox.ErrNoPublisher):
 		return "set Config.Publisher to the inbox.Publisher the handler publishes through"
-	case errors.Is(err, cause.AfterReturn) || errors.Is(err, ErrUsedAfterReturn):
+	case errors.Is(err, cause.ErrAfterReturn) || errors.Is(err, ErrUsedAfterReturn):
 		return causeLate
-	case errors.Is(err, cause.NotFromMiddleware):
+	case errors.Is(err, cause.ErrNotFromMiddleware):
 		return "inbox.ExecAtCommit with a context that is not the handler's (msg.Context())"
 	case errors.Is(err, inbox.ErrNoHandlerContext):
 		return "a message published through inbox.Publisher without the handler's context: call msg.SetContext(handlerMsg.Context()) on it"
-	case errors.Is(err, cause.PublisherMismatch):
+	case errors.Is(err, cause.ErrPublisherMismatch):
 		return "Config.Publisher is not the inbox.Publisher the handler publishes through, or it was used with another store"
 	case panicked != nil:
 		return "the handler panicked"

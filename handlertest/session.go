@@ -145,7 +145,7 @@ func (s *session) handler(scenario, consumer string) (message.HandlerFunc, bool)
 	mw, err := inbox.NewMiddleware(s.store, config, nil)
 	if err != nil {
 		why := ""
-		if errors.Is(err, cause.PublisherMismatch) {
+		if errors.Is(err, cause.ErrPublisherMismatch) {
 			why = "Config.Publisher was used by a middleware on another store: give the kit an inbox.Publisher of its own (inbox.NewPublisher(recorder))"
 		}
 		s.report(Problem{Scenario: scenario, What: "inbox.NewMiddleware refused Case.Config: " + err.Error(), Cause: why})

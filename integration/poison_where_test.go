@@ -48,6 +48,7 @@ func elsewhereFailures() []elsewhereFailure {
 	isURL := func(err error) bool { return errors.As(err, &urlErr) }
 	return []elsewhereFailure{
 		{"a webhook URL that does not parse (*url.Error)", func(*testing.T, context.Context, *backend) error {
+			//lint:ignore SA1007 the URL that does not parse is the failure under test
 			_, err := url.Parse("http://[::1")
 			return fmt.Errorf("notify the webhook: %w", err)
 		}, isURL},

@@ -111,7 +111,8 @@ func (c *multiStatementConn) BeginTx(ctx context.Context, opts driver.TxOptions)
 	if b, ok := c.conn.(driver.ConnBeginTx); ok {
 		return b.BeginTx(ctx, opts)
 	}
-	return c.conn.Begin() //nolint:staticcheck // a driver without BeginTx
+	//lint:ignore SA1019 a driver without BeginTx
+	return c.conn.Begin()
 }
 
 // Begin implements [driver.Conn]; database/sql calls BeginTx.

@@ -88,7 +88,7 @@ func (h Handler) Handle(msg *message.Message) error {
 		order.OrderID, order.AmountCents); err != nil {
 		return err
 	}
-	payload, err := json.Marshal(InvoiceCreated{OrderID: order.OrderID, AmountCents: order.AmountCents})
+	payload, err := json.Marshal(InvoiceCreated(order))
 	if err != nil {
 		return err
 	}

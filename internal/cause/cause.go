@@ -6,13 +6,13 @@ package cause
 import "errors"
 
 var (
-	// AfterReturn is wrapped, with inbox.ErrNoHandlerContext, by the error of a call made
+	// ErrAfterReturn is wrapped, with inbox.ErrNoHandlerContext, by the error of a call made
 	// with a handler's context after the handler returned.
-	AfterReturn = errors.New("the handler has returned")
-	// NotFromMiddleware is wrapped, with inbox.ErrNoHandlerContext, by the error of
+	ErrAfterReturn = errors.New("the handler has returned")
+	// ErrNotFromMiddleware is wrapped, with inbox.ErrNoHandlerContext, by the error of
 	// ExecAtCommit with a context that never came from the inbox middleware.
-	NotFromMiddleware = errors.New("the context does not come from the inbox middleware")
-	// PublisherMismatch is wrapped by the error of a Publisher used with another store's
+	ErrNotFromMiddleware = errors.New("the context does not come from the inbox middleware")
+	// ErrPublisherMismatch is wrapped by the error of a Publisher used with another store's
 	// inbox, or of an inbox that publishes through another Publisher.
-	PublisherMismatch = errors.New("the publisher belongs to another inbox")
+	ErrPublisherMismatch = errors.New("the publisher belongs to another inbox")
 )

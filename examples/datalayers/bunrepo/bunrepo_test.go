@@ -70,7 +70,7 @@ func run(t *testing.T, db *bun.DB, dialect sqlinbox.Dialect, pg bool) {
 func TestBunQueryHooksRunOnTheInboxTransaction(t *testing.T) {
 	db := bun.NewDB(layertest.Open(t, "pgx", layertest.PostgresURL(t)), pgdialect.New())
 	hook := &countingHook{}
-	db.AddQueryHook(hook)
+	db = db.WithQueryHook(hook)
 	if _, err := db.NewCreateTable().Model((*bunrepo.Invoice)(nil)).Exec(context.Background()); err != nil {
 		t.Fatal(err)
 	}
