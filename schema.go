@@ -14,9 +14,10 @@ package inbox
 // on it turns into a duplicate, so two copies of a message can never both be claimed,
 // however they race. The SQL that creates the table, per database, is in package sqlinbox
 // (sqlinbox.SchemaSQL).
+//
+// The column names are fixed: the stores' statements, the table check, the command-line
+// tool and the conformance suite all name them, whatever the dialect.
 const (
-	// DefaultTable is the table name used when none is configured.
-	DefaultTable = "inbox"
 	// MaxConsumerLength is the longest consumer name, in bytes, that the table holds.
 	MaxConsumerLength = 255
 	// MaxKeyLength is the longest idempotency key, in bytes, that the table holds.

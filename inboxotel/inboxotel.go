@@ -33,9 +33,9 @@ const (
 	MetricClaimDuration = "inbox.claim.duration"
 	// MetricTransactionDuration is the time from BEGIN to the end of COMMIT, in seconds.
 	MetricTransactionDuration = "inbox.transaction.duration"
-	// MetricRowsCleaned counts inbox rows deleted by retention (sqlinbox's Cleanup), with the
+	// MetricRowsDeleted counts inbox rows deleted by retention (sqlinbox's Cleanup), with the
 	// attribute "table" instead of consumer and handler.
-	MetricRowsCleaned = "inbox.cleanup.rows_deleted"
+	MetricRowsDeleted = "inbox.cleanup.rows_deleted"
 )
 
 // The OpenTelemetry spans the middleware starts, from the tracer named ScopeName.

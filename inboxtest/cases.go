@@ -250,10 +250,10 @@ func (s *suite) commitFaults(t *testing.T) map[string]func(ctx context.Context) 
 	if !s.queues() {
 		return faults
 	}
-	if len(s.DeferredCommitFaults) == 0 && s.writeBehind() {
-		t.Skip("the harness defines no DeferredCommitFaults, which write-behind mode needs")
+	if len(s.QueuedCommitFaults) == 0 && s.writeBehind() {
+		t.Skip("the harness defines no QueuedCommitFaults, which write-behind mode needs")
 	}
-	for name, q := range s.DeferredCommitFaults {
+	for name, q := range s.QueuedCommitFaults {
 		if !s.writeBehind() {
 			name = "queued: " + name // the handler's own faults may have the same names
 		}

@@ -6,7 +6,7 @@
 // store or a sqlinbox.Dialect of your own runs it the same way, from a test of its own:
 //
 //	func TestConformance(t *testing.T) {
-//		inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness { ... }, inboxtest.Options{})
+//		inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness { ... }, nil)
 //	}
 //
 // The harness reaches the database for the suite ([Harness.Direct], [Harness.InTx]), so this
@@ -21,8 +21,8 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// Harness is one store under test and what the suite needs around it. NewHarness builds a
-// fresh one for every case: an empty inbox table and an empty business table, dropped when
+// Harness is one store under test and what the suite needs around it. Run's newHarness
+// builds a fresh one for every case: an empty inbox table and an empty business table, dropped when
 // the test ends (t.Cleanup).
 type Harness struct {
 	// Store is the store under test, on an inbox table named Table that exists.
@@ -54,10 +54,10 @@ type Harness struct {
 	// inside a handler (a deferred constraint that the handler violates, the connection
 	// killed before COMMIT, ...). At least one is required, except in write-behind mode.
 	CommitFaults map[string]func(ctx context.Context) error
-	// DeferredCommitFaults each make COMMIT fail when deferred with [inbox.ExecAtCommit]
+	// QueuedCommitFaults each make COMMIT fail when deferred with [inbox.ExecAtCommit]
 	// (written with ? placeholders): write-behind mode's handlers have no transaction to run
 	// CommitFaults in. Nil: write-behind mode does not test failed commits.
-	DeferredCommitFaults map[string]inbox.Statement
+	QueuedCommitFaults map[string]inbox.Statement
 
 	// Outage makes the database unavailable to Store until restore is called. Nil: the
 	// suite does not test an outage.
@@ -97,9 +97,14 @@ type Options struct {
 	Cases []string
 }
 
-// Run runs every case on a fresh harness from newHarness, each as a subtest.
-func Run(t *testing.T, newHarness func(t *testing.T) *Harness, options Options) {
+// Run runs every case on a fresh harness from newHarness, each as a subtest; nil options
+// run them all in the claim-first mode with the default configuration.
+func Run(t *testing.T, newHarness func(t *testing.T) *Harness, opts *Options) {
 	t.Helper()
+	var options Options
+	if opts != nil {
+		options = *opts
+	}
 	selected := map[string]bool{}
 	for _, name := range options.Cases {
 		selected[name] = true

@@ -18,7 +18,7 @@ func TestRunRunsOnlyTheNamedCases(t *testing.T) {
 				ran = append(ran, t.Name())
 				t.SkipNow()
 				return nil
-			}, Options{Cases: named})
+			}, &Options{Cases: named})
 		})
 		if len(ran) != len(named) {
 			t.Errorf("Cases %q ran %d cases: %q", named, len(ran), ran)

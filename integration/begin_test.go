@@ -56,7 +56,7 @@ func TestStoreConformanceWithConfigBegin(t *testing.T) {
 				// proxy that an outage cuts is not in the way.
 				b.outage = nil
 				return b.harness()
-			}, inboxtest.Options{})
+			}, nil)
 		})
 	}
 }

@@ -48,9 +48,9 @@ func TestPgxEveryQueryExecMode(t *testing.T) {
 				return pgxBackendWith(t, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
 			}
 			harness := func(t *testing.T) *inboxtest.Harness { return newBackend(t).harness() }
-			inboxtest.Run(t, harness, inboxtest.Options{Cases: suiteCases})
+			inboxtest.Run(t, harness, &inboxtest.Options{Cases: suiteCases})
 			t.Run("write-behind", func(t *testing.T) {
-				inboxtest.Run(t, harness, inboxtest.Options{Cases: suiteCases, Config: inbox.Config{WriteBehind: true}})
+				inboxtest.Run(t, harness, &inboxtest.Options{Cases: suiteCases, Config: inbox.Config{WriteBehind: true}})
 			})
 			t.Run("write-behind unique error", func(t *testing.T) { testWriteBehindUniqueViolation(t, newBackend(t)) })
 		})

@@ -126,7 +126,7 @@ func TestCleanupMetric(t *testing.T) {
 		counted += p.Value
 	}
 	if counted != 3 {
-		t.Errorf("%s = %d, want 3", inboxotel.MetricRowsCleaned, counted)
+		t.Errorf("%s = %d, want 3", inboxotel.MetricRowsDeleted, counted)
 	}
 }
 
@@ -171,7 +171,7 @@ func TestRetentionRunnerMeterProvider(t *testing.T) {
 
 	passes := make(chan int64, 1024) // rows deleted by each finished pass
 	runner, err := sqlinbox.NewRetentionRunner(b.store.(*sqlinbox.Store), sqlinbox.RetentionConfig{
-		Retention: time.Hour, Interval: time.Millisecond,
+		OlderThan: time.Hour, Interval: time.Millisecond,
 		Cleanup: sqlinbox.CleanupConfig{BatchSize: 2, MeterProvider: provider,
 			Progress: func(p sqlinbox.CleanupProgress) {
 				if p.Done {
@@ -222,14 +222,14 @@ func TestRetentionRunnerMeterProvider(t *testing.T) {
 		counted += p.Value
 	}
 	if counted != 5 {
-		t.Errorf("%s = %d, want 5", inboxotel.MetricRowsCleaned, counted)
+		t.Errorf("%s = %d, want 5", inboxotel.MetricRowsDeleted, counted)
 	}
 	if n := provider.counters.Load(); n != 1 {
 		t.Errorf("the runner created %d counters, want 1 for all its passes", n)
 	}
 }
 
-// rowsCleaned collects reader and returns the data points of MetricRowsCleaned.
+// rowsCleaned collects reader and returns the data points of MetricRowsDeleted.
 func rowsCleaned(t *testing.T, reader *sdkmetric.ManualReader) []metricdata.DataPoint[int64] {
 	t.Helper()
 	var data metricdata.ResourceMetrics
@@ -239,7 +239,7 @@ func rowsCleaned(t *testing.T, reader *sdkmetric.ManualReader) []metricdata.Data
 	var points []metricdata.DataPoint[int64]
 	for _, scope := range data.ScopeMetrics {
 		for _, m := range scope.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == inboxotel.MetricRowsCleaned {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == inboxotel.MetricRowsDeleted {
 				points = append(points, sum.DataPoints...)
 			}
 		}

@@ -240,7 +240,7 @@ func runMigrationTarget(t *testing.T, target migrationTarget) {
 				b := backendsOf[name]
 				writeBehind := (i+j)%2 == 1
 				t.Run(fmt.Sprintf("%s/writeBehind=%v", name, writeBehind), func(t *testing.T) {
-					inboxtest.Run(t, migratedHarness(b, table), inboxtest.Options{
+					inboxtest.Run(t, migratedHarness(b, table), &inboxtest.Options{
 						Config: inbox.Config{WriteBehind: writeBehind}, Cases: stormCases,
 					})
 					cleanupEverything(t, b, table)
@@ -258,7 +258,7 @@ func runMigrationTarget(t *testing.T, target migrationTarget) {
 				t.Fatalf("%s up again: %v", tool.name, err)
 			}
 			t.Cleanup(func() { _ = m.down() })
-			inboxtest.Run(t, migratedHarness(first, table), inboxtest.Options{
+			inboxtest.Run(t, migratedHarness(first, table), &inboxtest.Options{
 				Cases: []string{"first delivery commits claim and business row together"},
 			})
 		})

@@ -88,7 +88,7 @@ func TestStoreConformancePipeline(t *testing.T) {
 		{"claim-first/queued", sqlinbox.PipelineConfig{}, inboxtest.Options{ExecAtCommit: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness { return pipelineBackend(t, c.pipeline).harness() }, c.options)
+			inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness { return pipelineBackend(t, c.pipeline).harness() }, &c.options)
 		})
 	}
 }
@@ -143,7 +143,7 @@ func TestPoolerPipelineStoreConformance(t *testing.T) {
 			inboxtest.Run(t, func(t *testing.T) *inboxtest.Harness {
 				return pipelineBackendAt(t, poolerURL, sqlinbox.PipelineConfig{Connections: 1},
 					func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode }).harness()
-			}, inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
+			}, &inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
 		})
 	}
 }

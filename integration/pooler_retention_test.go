@@ -84,7 +84,7 @@ func TestPoolerRetentionRunnersWhileClaiming(t *testing.T) {
 					passes.Add(1)
 					return
 				}
-				deleted.Add(p.Batch)
+				deleted.Add(p.BatchDeleted)
 				if p.Done {
 					active.Add(-1)
 				}
@@ -96,7 +96,7 @@ func TestPoolerRetentionRunnersWhileClaiming(t *testing.T) {
 			for i := range runners {
 				recorders[i] = &recordingCleaner{Cleaner: c}
 				runner, err := sqlinbox.NewRetentionRunner(recorders[i], sqlinbox.RetentionConfig{
-					Retention: time.Hour, Interval: time.Millisecond,
+					OlderThan: time.Hour, Interval: time.Millisecond,
 					Cleanup: sqlinbox.CleanupConfig{BatchSize: 100, Pause: time.Millisecond, Progress: progress},
 				}, nil)
 				if err != nil {

@@ -57,9 +57,9 @@ func TestPoolerStoreConformance(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(stores)) {
 		t.Run(name, func(t *testing.T) {
 			harness := func(t *testing.T) *inboxtest.Harness { return stores[name](t).harness() }
-			t.Run("claim-first", func(t *testing.T) { inboxtest.Run(t, harness, inboxtest.Options{}) })
+			t.Run("claim-first", func(t *testing.T) { inboxtest.Run(t, harness, nil) })
 			t.Run("write-behind", func(t *testing.T) {
-				inboxtest.Run(t, harness, inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
+				inboxtest.Run(t, harness, &inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
 			})
 		})
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
-// Retention: Cleanup deletes claims older than the retention, of every consumer,
+// OlderThan: Cleanup deletes claims older than the retention, of every consumer,
 // in batches; one cleanup of a table runs at a time; claims keep working meanwhile.
 
 // cleanerStore is what both stores offer for retention.
@@ -141,7 +141,7 @@ func TestRetentionDeletesOnlyExpiredClaims(t *testing.T) {
 			}
 			var batches []int64
 			for _, p := range calls {
-				batches = append(batches, p.Batch)
+				batches = append(batches, p.BatchDeleted)
 			}
 			if want := []int64{0, 1000, 1000, 501}; !slices.Equal(batches, want) {
 				t.Errorf("progress batches %v, want %v", batches, want)
@@ -313,7 +313,7 @@ func TestRetentionRunnersNeverCleanConcurrently(t *testing.T) {
 					passes.Add(1)
 					return
 				}
-				deleted.Add(p.Batch)
+				deleted.Add(p.BatchDeleted)
 				if p.Done {
 					active.Add(-1)
 				}
@@ -325,7 +325,7 @@ func TestRetentionRunnersNeverCleanConcurrently(t *testing.T) {
 			for i := range runners {
 				recorders[i] = &recordingCleaner{Cleaner: c}
 				runner, err := sqlinbox.NewRetentionRunner(recorders[i], sqlinbox.RetentionConfig{
-					Retention: time.Hour,
+					OlderThan: time.Hour,
 					Interval:  time.Millisecond,
 					Cleanup:   sqlinbox.CleanupConfig{BatchSize: 50, Pause: time.Millisecond, Progress: progress},
 				}, watermill.NopLogger{})

@@ -28,24 +28,24 @@ func suiteStores() map[string]newBackend {
 }
 
 func TestStoreConformance(t *testing.T) {
-	runSuite(t, inboxtest.Options{})
+	runSuite(t, nil)
 }
 
 // The suite again with the handler run before the claim (inbox.Config.WriteBehind): on pgx
 // the store's one-batch path, elsewhere claim, queued writes and commit in turn.
 func TestStoreConformanceWriteBehind(t *testing.T) {
-	runSuite(t, inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
+	runSuite(t, &inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
 }
 
 // The suite again with the handlers queueing their writes in the claim-first mode: the
 // statements travel with COMMIT (one batch on pgx, one multi-statement request on MariaDB's multi-statement store).
 func TestStoreConformanceQueued(t *testing.T) {
-	runSuite(t, inboxtest.Options{ExecAtCommit: true})
+	runSuite(t, &inboxtest.Options{ExecAtCommit: true})
 }
 
 // runSuite runs the conformance suite with options on every suite store, one store after
 // another, and t beside the package's other parallel tests.
-func runSuite(t *testing.T, options inboxtest.Options) {
+func runSuite(t *testing.T, options *inboxtest.Options) {
 	t.Parallel()
 	stores := suiteStores()
 	for _, name := range slices.Sorted(maps.Keys(stores)) {
@@ -79,7 +79,7 @@ func (b *backend) harness() *inboxtest.Harness {
 			return b.newStore(sqlinbox.Config{Table: table})
 		},
 		CommitFaults:         b.commitFaults,
-		DeferredCommitFaults: queued,
+		QueuedCommitFaults: queued,
 		Outage:               b.outage,
 		Retriable:            b.retriable,
 	}

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-
-	inbox "github.com/inboxkit/watermill-inbox"
 )
 
 // Config configures a store. The zero value is ready to use.
@@ -46,9 +44,12 @@ type Config struct {
 	Logger watermill.LoggerAdapter
 }
 
+// DefaultTable is the inbox table's name when [Config.Table] is empty.
+const DefaultTable = "inbox"
+
 func (c *Config) setDefaults() {
 	if c.Table == "" {
-		c.Table = inbox.DefaultTable
+		c.Table = DefaultTable
 	}
 }
 

@@ -63,14 +63,14 @@ type CleanupConfig struct {
 	// during every call, so a slow Progress delays other cleanups, not claims.
 	Progress func(CleanupProgress)
 
-	// MeterProvider receives the inbox.cleanup.rows_deleted counter ([inboxotel.MetricRowsCleaned]),
+	// MeterProvider receives the inbox.cleanup.rows_deleted counter ([inboxotel.MetricRowsDeleted]),
 	// with the attribute "table". Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
 
 // newRowsCleaned creates the inbox.cleanup.rows_deleted counter on provider.
 func newRowsCleaned(provider metric.MeterProvider) (metric.Int64Counter, error) {
-	counter, err := provider.Meter(inboxotel.ScopeName).Int64Counter(inboxotel.MetricRowsCleaned,
+	counter, err := provider.Meter(inboxotel.ScopeName).Int64Counter(inboxotel.MetricRowsDeleted,
 		metric.WithDescription("Inbox rows deleted by retention cleanup"), metric.WithUnit("{row}"))
 	if err != nil {
 		return nil, fmt.Errorf("sqlinbox: cleanup: metrics: %w", err)
@@ -80,9 +80,10 @@ func newRowsCleaned(provider metric.MeterProvider) (metric.Int64Counter, error) 
 
 // CleanupProgress is the state of a cleanup pass, as given to [CleanupConfig.Progress].
 type CleanupProgress struct {
-	// Batches is the number of batches done; Batch the rows the last one deleted.
+	// Batches is the number of batches done.
 	Batches int
-	Batch   int64
+	// BatchDeleted is the number of rows the last batch deleted.
+	BatchDeleted int64
 	// Deleted is the number of rows deleted so far.
 	Deleted int64
 	// Elapsed is the time since the pass took its lock.
@@ -287,7 +288,7 @@ func (s *Store) pass(ctx context.Context, batches querier, lock *cleanupLock, ar
 		}
 		config.rowsCleaned.Add(ctx, n, tableAttr)
 		progress.Batches++
-		progress.Batch = n
+		progress.BatchDeleted = n
 		progress.Deleted += n
 		progress.Done = n < int64(config.BatchSize)
 		report()

@@ -21,11 +21,11 @@ const DefaultRetentionRetryDelay = 10 * time.Second
 
 // RetentionConfig configures a [RetentionRunner].
 type RetentionConfig struct {
-	// Retention is how long a claim is kept: a pass deletes the rows whose processed_at is
-	// older. Required. Make it longer than the longest time in which a copy of a message can
+	// OlderThan is how long a claim is kept: a pass deletes the rows whose processed_at is
+	// older, as Store.Cleanup's olderThan and the command line's -older-than. Required. Make it longer than the longest time in which a copy of a message can
 	// still arrive (broker retention, retry and backoff windows, manual replays): a copy that
 	// arrives after its row is gone is processed again. See docs/operating.md.
-	Retention time.Duration
+	OlderThan time.Duration
 
 	// Interval is the time from the end of one pass to the start of the next, after a pass
 	// that succeeded or found another instance's pass running.
@@ -54,7 +54,7 @@ func (c *RetentionConfig) setDefaults() {
 }
 
 func (c RetentionConfig) validate() error {
-	if err := validateOlderThan(c.Retention); err != nil {
+	if err := validateOlderThan(c.OlderThan); err != nil {
 		return err
 	}
 	if c.Interval < 0 {
@@ -160,13 +160,13 @@ func (r *RetentionRunner) pass(ctx context.Context) error {
 	var deleted int64
 	var err error
 	if counted, ok := r.store.(countedCleaner); ok {
-		deleted, err = counted.cleanup(ctx, r.config.Retention, r.config.Cleanup, r.rowsCleaned)
+		deleted, err = counted.cleanup(ctx, r.config.OlderThan, r.config.Cleanup, r.rowsCleaned)
 	} else {
-		deleted, err = r.store.Cleanup(ctx, r.config.Retention, r.config.Cleanup)
+		deleted, err = r.store.Cleanup(ctx, r.config.OlderThan, r.config.Cleanup)
 	}
 	fields := watermill.LogFields{
 		"deleted":   deleted,
-		"retention": r.config.Retention.String(),
+		"retention": r.config.OlderThan.String(),
 		"duration":  time.Since(start).String(),
 	}
 	switch {

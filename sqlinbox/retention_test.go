@@ -23,13 +23,13 @@ func TestNewRetentionRunnerValidates(t *testing.T) {
 		config sqlinbox.RetentionConfig
 		ok     bool
 	}{
-		{"valid", noCleaner{}, sqlinbox.RetentionConfig{Retention: 72 * time.Hour}, true},
-		{"nil store", nil, sqlinbox.RetentionConfig{Retention: time.Hour}, false},
+		{"valid", noCleaner{}, sqlinbox.RetentionConfig{OlderThan: 72 * time.Hour}, true},
+		{"nil store", nil, sqlinbox.RetentionConfig{OlderThan: time.Hour}, false},
 		{"no retention", noCleaner{}, sqlinbox.RetentionConfig{}, false},
-		{"negative interval", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, Interval: -1}, false},
-		{"negative batch size", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, Cleanup: sqlinbox.CleanupConfig{BatchSize: -1}}, false},
-		{"negative pause", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, Cleanup: sqlinbox.CleanupConfig{Pause: -1}}, false},
-		{"negative retry delay", noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour, RetryDelay: -1}, false},
+		{"negative interval", noCleaner{}, sqlinbox.RetentionConfig{OlderThan: time.Hour, Interval: -1}, false},
+		{"negative batch size", noCleaner{}, sqlinbox.RetentionConfig{OlderThan: time.Hour, Cleanup: sqlinbox.CleanupConfig{BatchSize: -1}}, false},
+		{"negative pause", noCleaner{}, sqlinbox.RetentionConfig{OlderThan: time.Hour, Cleanup: sqlinbox.CleanupConfig{Pause: -1}}, false},
+		{"negative retry delay", noCleaner{}, sqlinbox.RetentionConfig{OlderThan: time.Hour, RetryDelay: -1}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := sqlinbox.NewRetentionRunner(tt.store, tt.config, nil)
@@ -42,7 +42,7 @@ func TestNewRetentionRunnerValidates(t *testing.T) {
 
 // Run returns nil once its context is done.
 func TestRetentionRunnerStopsWithItsContext(t *testing.T) {
-	r, err := sqlinbox.NewRetentionRunner(noCleaner{}, sqlinbox.RetentionConfig{Retention: time.Hour}, nil)
+	r, err := sqlinbox.NewRetentionRunner(noCleaner{}, sqlinbox.RetentionConfig{OlderThan: time.Hour}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestRetentionRunnerBacksOffAfterFailures(t *testing.T) {
 			defer cancel()
 			cleaner := &scriptedCleaner{script: script, cancel: cancel}
 			r, err := sqlinbox.NewRetentionRunner(cleaner, sqlinbox.RetentionConfig{
-				Retention: time.Hour, Interval: time.Minute, RetryDelay: 10 * time.Second,
+				OlderThan: time.Hour, Interval: time.Minute, RetryDelay: 10 * time.Second,
 			}, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -121,7 +121,7 @@ func TestRetentionRunnerJitterStaysInBounds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r, err := sqlinbox.NewRetentionRunner(&scriptedCleaner{script: script, cancel: cancel}, sqlinbox.RetentionConfig{
-		Retention: time.Hour, Interval: 5 * time.Minute, RetryDelay: time.Second,
+		OlderThan: time.Hour, Interval: 5 * time.Minute, RetryDelay: time.Second,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)

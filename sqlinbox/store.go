@@ -44,9 +44,6 @@ func newStore(p pool, dialect Dialect, config Config) (*Store, error) {
 	return &Store{pool: p, sql: sql, table: newTableGuard(config.Logger, sql.table)}, nil
 }
 
-// Dialect returns the dialect the store speaks.
-func (s *Store) Dialect() Dialect { return s.sql.dialect }
-
 // Table returns the inbox table, as the store's statements name it, with the name of its
 // primary key ([Table.PrimaryKey]) once a table check has passed (see CheckTable).
 func (s *Store) Table() Table { return s.table.withKey(s.sql.table) }

@@ -11,9 +11,9 @@ import (
 func TestConformance(t *testing.T) {
 	for _, d := range databases {
 		t.Run(d.name, func(t *testing.T) {
-			t.Run("claim-first", func(t *testing.T) { inboxtest.Run(t, d.harness, inboxtest.Options{}) })
+			t.Run("claim-first", func(t *testing.T) { inboxtest.Run(t, d.harness, nil) })
 			t.Run("write-behind", func(t *testing.T) {
-				inboxtest.Run(t, d.harness, inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
+				inboxtest.Run(t, d.harness, &inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
 			})
 		})
 	}

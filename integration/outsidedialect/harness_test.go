@@ -166,7 +166,7 @@ func (d database) harness(t *testing.T) *inboxtest.Harness {
 		h.Placeholders = inboxtest.DollarPlaceholders
 	}
 	if queued != "" {
-		h.DeferredCommitFaults = map[string]inbox.Statement{name: {SQL: queued}}
+		h.QueuedCommitFaults = map[string]inbox.Statement{name: {SQL: queued}}
 	}
 	return h
 }

@@ -21,9 +21,9 @@ import (
 
 // The store conformance suite, on a store of the dialect, in both modes.
 func TestConformance(t *testing.T) {
-	t.Run("claim-first", func(t *testing.T) { inboxtest.Run(t, newHarness, inboxtest.Options{}) })
+	t.Run("claim-first", func(t *testing.T) { inboxtest.Run(t, newHarness, nil) })
 	t.Run("write-behind", func(t *testing.T) {
-		inboxtest.Run(t, newHarness, inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
+		inboxtest.Run(t, newHarness, &inboxtest.Options{Config: inbox.Config{WriteBehind: true}})
 	})
 }
 
@@ -123,7 +123,7 @@ func newHarness(t *testing.T) *inboxtest.Harness {
 				return err
 			},
 		},
-		DeferredCommitFaults: map[string]inbox.Statement{"deferred constraint fails at COMMIT": {SQL: violate}},
+		QueuedCommitFaults: map[string]inbox.Statement{"deferred constraint fails at COMMIT": {SQL: violate}},
 		Outage: func() func() {
 			d.down.Store(true)
 			_, err := d.direct.ExecContext(ctx,

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
 
 // command is what every command starts from: a flag set with the target's flags (-dsn,
@@ -26,7 +26,7 @@ func (x *cli) newCommand(name string) *command {
 	c.fs.Usage = func() {}
 	c.fs.StringVar(&c.dsn, "dsn", "", "database `DSN`: postgres://..., mysql://user:pass@tcp(host:3306)/db, sqlite://path or file:path (default $"+dsnVar+")")
 	c.fs.StringVar(&c.dialectName, "dialect", "", "SQL `dialect`: "+x.dialects.names()+" (default: from the DSN's scheme)")
-	c.fs.StringVar(&c.table, "table", inbox.DefaultTable, "inbox `table`, optionally schema-qualified")
+	c.fs.StringVar(&c.table, "table", sqlinbox.DefaultTable, "inbox `table`, optionally schema-qualified")
 	return c
 }
 
