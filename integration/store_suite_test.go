@@ -78,10 +78,10 @@ func (b *backend) harness() *inboxtest.Harness {
 		NewStore: func(table string) (inbox.Store, error) {
 			return b.newStore(sqlinbox.Config{Table: table})
 		},
-		CommitFaults:         b.commitFaults,
+		CommitFaults:       b.commitFaults,
 		QueuedCommitFaults: queued,
-		Outage:               b.outage,
-		Retriable:            b.retriable,
+		Outage:             b.outage,
+		Retriable:          b.retriable,
 	}
 }
 
