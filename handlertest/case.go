@@ -9,7 +9,8 @@ import (
 	inbox "github.com/inboxkit/watermill-inbox"
 )
 
-// Case is one handler under test and what handlertest needs around it. Every field is required.
+// Case is one handler under test and what handlertest needs around it. Handler, Store,
+// Message, Snapshot and Reset are required; Config's zero value is the middleware's defaults.
 type Case struct {
 	// Handler is the handler under test, as it is registered behind the inbox middleware.
 	// The package runs it behind [inbox.NewMiddleware] itself, outside any router.

@@ -78,7 +78,7 @@ type Dialect interface {
 	// statements that upgrade the table and those that undo the upgrade. Each statement
 	// changes nothing on a table that has the shape it leads to already, so the upgrade can
 	// be applied to a table of any release, also one CreateTable made. name "": the table
-	// has not changed. [MigrationFiles] writes it with Upgrade.
+	// has not changed. [UpgradeFiles] writes its files.
 	UpgradeTable(t Table) (name string, up, down []string)
 
 	// InsertClaim inserts a claim (parameters: consumer, key, fingerprint) and fails on a

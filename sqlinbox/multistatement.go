@@ -24,7 +24,7 @@ import (
 //     the *sql.Tx sends its statements and COMMIT one request each (3 round trips for one
 //     statement), one that queues them with inbox.ExecAtCommit 2.
 //
-// Handlers get a [*sql.Tx] from [inbox.TxFromContext][*sql.Tx], as with a store made by [NewDB].
+// Handlers get a [*sql.Tx] from inbox.TxFromContext[*sql.Tx], as with a store made by [NewDB].
 // A node of a Galera or Percona XtraDB Cluster refuses it (see [ErrMultiStatementRefused]): use
 // NewDB there.
 //
