@@ -3,10 +3,12 @@ package integration
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -141,5 +143,38 @@ func mustSQLExec(t *testing.T, db *sql.DB, query string) {
 	t.Helper()
 	if _, err := db.Exec(query); err != nil {
 		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// InitializeSchema run by a role that may not create the table returns the CREATE's own
+// error (permission denied, 42501), not the table check's "does not exist ... create it with
+// InitializeSchema" that would send the team round in a circle.
+func TestInitializeSchemaReturnsTheCreatesError(t *testing.T) {
+	ctx := context.Background()
+	admin := openPgxPool(t, testenv.PostgresURL(t))
+	role := testenv.Name("nocreate")
+	mustPgExec(t, admin, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	mustPgExec(t, admin, "REVOKE CREATE ON SCHEMA public FROM "+role)
+	u, _ := url.Parse(testenv.PostgresURL(t))
+	u.User = url.User(role)
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	table := testenv.Name("inbox")
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	store, err := sqlinbox.NewPgx(pool, sqlinbox.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = store.InitializeSchema(ctx)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" || errors.Is(err, sqlinbox.ErrTableMismatch) {
+		t.Fatalf("InitializeSchema without CREATE: %v, want the CREATE's permission denied (42501), not the table check", err)
 	}
 }

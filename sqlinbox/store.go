@@ -2,6 +2,7 @@ package sqlinbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -66,10 +67,12 @@ func (s *Store) InitializeSchema(ctx context.Context) error {
 		}
 		return nil
 	})
-	// A mismatch explains a failed statement too (CREATE INDEX on a table without
-	// processed_at), so it comes first.
+	// A table of the wrong shape explains a failed statement (CREATE INDEX on a table
+	// without processed_at), so its refusal comes first; a table still missing is explained
+	// by the failed CREATE (a role that may not create it, say).
 	checkErr := s.CheckTable(ctx)
-	if createErr != nil && !isTableMismatch(checkErr) {
+	var missing missingTableError
+	if createErr != nil && (!isTableMismatch(checkErr) || errors.As(checkErr, &missing)) {
 		return createErr
 	}
 	return checkErr

@@ -47,9 +47,9 @@ var (
 func judgeTable(dialect Dialect, table Table, columns []column) error {
 	keyType, binaryType, timeType := dialect.ColumnTypes()
 	if len(columns) == 0 {
-		return tableMismatch(table, []string{"it does not exist; write its migration with " + migrationCommand(dialect, table) +
+		return missingTableError{tableMismatch(table, []string{"it does not exist; write its migration with " + migrationCommand(dialect, table) +
 			" (-format golang-migrate or sql for those tools) and apply it with your migration tool, " +
-			"or create it with InitializeSchema or \"watermill-inbox migrate\""})
+			"or create it with InitializeSchema or \"watermill-inbox migrate\""})}
 	}
 	byName := map[string]column{}
 	var key []column
@@ -159,6 +159,13 @@ func sameSet(a, b []string) bool {
 
 // isTableMismatch reports whether err is a table check's refusal.
 func isTableMismatch(err error) bool { return errors.Is(err, ErrTableMismatch) }
+
+// missingTableError is the table check's refusal of a table that does not exist, which
+// InitializeSchema tells from a table of the wrong shape: when its CREATE failed, the CREATE's
+// error says why the table is missing.
+type missingTableError struct{ error }
+
+func (e missingTableError) Unwrap() error { return e.error }
 
 // CheckTable reads the inbox table's shape from the database's catalog and returns an error
 // wrapping [ErrTableMismatch] if it cannot guard against duplicates, another error if the
