@@ -20,7 +20,10 @@ type Dialect struct {
 	Dialect sqlinbox.Dialect
 
 	// Names are the values of -dialect that select it, each also a DSN scheme that does
-	// (name://...), compared without case; the usage lists the first. Dialect.Name() is
+	// (name://...), compared without case; the usage lists the first. A -dialect given
+	// selects its dialect whatever the DSN's scheme, so that a dialect of one's own can take
+	// a postgres:// DSN beside Postgres (only a shipped dialect named with another shipped
+	// one's scheme is refused, as a mistake). Dialect.Name() is
 	// always one of them (the table check's messages name it so); no two dialects share one.
 	Names []string
 	// Prefixes are other beginnings of a DSN that select it, compared without case
@@ -39,6 +42,10 @@ type Dialect struct {
 	// database, when that helps the user fix it ("" for nothing): the DSN option a failure
 	// needs, say.
 	Hint func(err error) string
+
+	// shipped is set by Postgres, MySQL and SQLite: a -dialect naming one of them with the
+	// DSN scheme of another is a mistake, while a dialect of one's own may take any DSN.
+	shipped bool
 }
 
 // dialects are the dialects of one run of the command, in the order given to Main.
@@ -54,6 +61,10 @@ func newDialects(given []Dialect) (dialects, error) {
 	for i, d := range given {
 		if d.Dialect == nil || d.Open == nil {
 			return nil, fmt.Errorf("dialect %d of Main: Dialect and Open are required", i+1)
+		}
+		// sqlinbox refuses a dialect that embeds a nil one before any method of it is called.
+		if _, err := sqlinbox.SchemaSQL(d.Dialect, sqlinbox.DefaultTable); err != nil {
+			return nil, fmt.Errorf("dialect %d of Main: %w", i+1, err)
 		}
 		names := []string{}
 		for _, name := range append(slices.Clone(d.Names), d.Dialect.Name()) {

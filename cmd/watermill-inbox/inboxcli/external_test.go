@@ -114,11 +114,33 @@ func TestMainRefusesBadDialects(t *testing.T) {
 		{"no Open", []inboxcli.Dialect{{Dialect: sqlinbox.Postgres{}}}, "Dialect and Open are required"},
 		{"a name twice", []inboxcli.Dialect{inboxcli.Postgres(), {Dialect: cockroachish{}, Names: []string{"postgresql"},
 			Open: func(string, bool) (*sql.DB, error) { return nil, nil }}}, `name "postgresql" is empty or another dialect's`},
+		{"a nil dialect embedded", []inboxcli.Dialect{inboxcli.Postgres(), {Dialect: embedsNil{}, Names: []string{"broken"},
+			Open: func(string, bool) (*sql.DB, error) { return nil, nil }}}, "dialect 2 of Main: sqlinbox: dialect inboxcli_test.embedsNil has no dialect inside"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := inboxcli.Main(context.Background(), []string{"schema", "-dialect", "postgres"}, &stdout, &stderr, tt.dialects...)
 		if code != 2 || !strings.Contains(stderr.String(), tt.want) || stdout.Len() != 0 {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 2 and %q", tt.name, code, stdout.String(), stderr.String(), tt.want)
 		}
+	}
+}
+
+// embedsNil embeds the interface and leaves it nil: every method it does not write panics.
+type embedsNil struct{ sqlinbox.Dialect }
+
+// A -dialect of one's own selects it with a postgres:// DSN beside the shipped PostgreSQL
+// dialect (the DSN goes to its Open as it is); a shipped dialect named with another shipped
+// one's scheme is still refused as a mistake.
+func TestDialectOfOnesOwnTakesAnotherSchemesDSN(t *testing.T) {
+	code, stdout, stderr := runWith(t, "schema", "-dialect", "crdb", "-dsn", "postgres://db/app", "-table", "billing_inbox")
+	want, err := sqlinbox.SchemaSQL(cockroachish{}, "billing_inbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("schema -dialect crdb -dsn postgres://: exit %d, stderr %q, stdout %q; want 0 and the dialect's DDL", code, stderr, stdout)
+	}
+	if code, _, stderr := runWith(t, "schema", "-dialect", "mysql", "-dsn", "postgres://db/app"); code != 2 || !strings.Contains(stderr, "does not match") {
+		t.Errorf("schema -dialect mysql -dsn postgres://: exit %d, stderr %q; want 2 and the mismatch", code, stderr)
 	}
 }

@@ -14,6 +14,7 @@ import (
 // the driver's DSN (mysql://user:pass@tcp(host:3306)/db).
 func MySQL() Dialect {
 	return Dialect{
+		shipped: true,
 		Dialect: sqlinbox.MySQL{},
 		Names:   []string{"mysql", "mariadb"},
 		Open: func(dsn string, _ bool) (*sql.DB, error) {

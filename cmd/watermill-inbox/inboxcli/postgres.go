@@ -28,6 +28,7 @@ const execModeOption = "default_query_exec_mode"
 // statements once each, so the cache saves nothing.
 func Postgres() Dialect {
 	return Dialect{
+		shipped: true,
 		Dialect: sqlinbox.Postgres{},
 		Names:   []string{"postgres", "postgresql"},
 		Open: func(dsn string, _ bool) (*sql.DB, error) {

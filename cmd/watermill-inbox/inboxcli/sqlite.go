@@ -19,6 +19,7 @@ import (
 // exist is an error, except for migrate, which creates it.
 func SQLite() Dialect {
 	return Dialect{
+		shipped:  true,
 		Dialect:  sqlinbox.SQLite{},
 		Names:    []string{"sqlite", "sqlite3"},
 		Prefixes: []string{"file:"},

@@ -30,7 +30,7 @@ func (c *command) resolve(needDSN bool) (d Dialect, dsn string, err error) {
 		if d, ok = c.cli.dialects.lookup(t.dialectName); !ok {
 			return d, "", usagef("unknown dialect %q: use %s", t.dialectName, c.cli.dialects.names())
 		}
-		if hasScheme && fromScheme.Names[0] != d.Names[0] {
+		if hasScheme && d.shipped && fromScheme.shipped && fromScheme.Names[0] != d.Names[0] {
 			return d, "", usagef("-dialect %s does not match the DSN's scheme, which names %s", t.dialectName, fromScheme.Names[0])
 		}
 	case hasScheme:
