@@ -37,6 +37,13 @@ type Config struct {
 	// multi-statement request of the store's own), and so does [NewPgx] (handlers get pgx.Tx).
 	Begin BeginFunc
 
+	// Dialect, for a store made by [NewPgx] or [NewPgxPipeline], is the PostgreSQL dialect
+	// the store speaks: a dialect of one's own that embeds [Postgres] by value and overrides
+	// what differs (an UNLOGGED table, say). Default: Postgres{}. A dialect that does not
+	// embed Postgres is refused, and so is the field on [NewDB] and [NewMultiStatement],
+	// which take their dialect as an argument.
+	Dialect Dialect
+
 	// Logger receives, at error level, each check that refuses the inbox table (see
 	// [ErrTableMismatch]) and the check that refuses [NewMultiStatement]'s store on this driver or
 	// server (see [ErrMultiStatementRefused]): once per check, not once per message. Default:

@@ -25,6 +25,9 @@ func NewDB(db *sql.DB, dialect Dialect, config Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlinbox: NewDB: db is nil")
 	}
+	if config.Dialect != nil {
+		return nil, errors.New("sqlinbox: NewDB: Config.Dialect is for NewPgx and NewPgxPipeline; pass the dialect as NewDB's argument")
+	}
 	begin := config.Begin
 	if begin == nil {
 		begin = beginStd(db)

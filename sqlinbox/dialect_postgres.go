@@ -16,6 +16,9 @@ type Postgres struct{}
 
 func (Postgres) dialect() {}
 
+// postgres marks Postgres and the dialects that embed it, which the pgx stores accept.
+func (Postgres) postgres() {}
+
 // RequestLimit: no limit near a record the middleware accepts (a bytea holds 1 GB).
 func (Postgres) RequestLimit() string { return "" }
 

@@ -53,6 +53,9 @@ func NewMultiStatement(connector driver.Connector, dialect Dialect, config Confi
 	if multi == nil || multi.Probe == "" {
 		return nil, nil, fmt.Errorf("sqlinbox: NewMultiStatement: dialect %q has no MultiStatement SQL: use NewDB", dialect.Name())
 	}
+	if config.Dialect != nil {
+		return nil, nil, errors.New("sqlinbox: NewMultiStatement: Config.Dialect is for NewPgx and NewPgxPipeline; pass the dialect as NewMultiStatement's argument")
+	}
 	if config.Begin != nil {
 		return nil, nil, errors.New("sqlinbox: NewMultiStatement: Config.Begin cannot be used: " +
 			"a message's transaction begins in a multi-statement request of the store's own; use NewDB for Config.Begin")

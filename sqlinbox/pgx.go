@@ -32,7 +32,8 @@ import (
 // nothing: set one of the first two behind a pooler in transaction mode (PgBouncer, RDS
 // Proxy), where each transaction may run on another server connection (docs/pooler.md).
 //
-// [Config.Begin] is refused: handlers of a pgx store get the [pgx.Tx].
+// [Config.Dialect] sets a PostgreSQL dialect of one's own. [Config.Begin] is refused:
+// handlers of a pgx store get the [pgx.Tx].
 func NewPgx(pool *pgxpool.Pool, config Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("sqlinbox: NewPgx: pool is nil")
@@ -40,8 +41,19 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*Store, error) {
 	if config.Begin != nil {
 		return nil, errors.New("sqlinbox: NewPgx: Config.Begin is for stores made by NewDB; handlers of a pgx store get the pgx.Tx")
 	}
+	dialect := config.Dialect
+	if dialect == nil {
+		dialect = Postgres{}
+	}
+	if err := checkDialect(dialect); err != nil {
+		return nil, err
+	}
+	if _, ok := dialect.(interface{ postgres() }); !ok {
+		return nil, fmt.Errorf("sqlinbox: NewPgx: Config.Dialect %s (%T) does not embed sqlinbox.Postgres: "+
+			"a pgx store speaks PostgreSQL; give NewDB a dialect of another database", dialect.Name(), dialect)
+	}
 	p := &pgxPool{pgxQuerier: pgxQuerier{pool}, pool: pool}
-	s, err := newStore(p, Postgres{}, config)
+	s, err := newStore(p, dialect, config)
 	if err != nil {
 		return nil, err
 	}
