@@ -7,6 +7,14 @@ import "context"
 // promise: the claim is an insert into a table whose primary key is (consumer, key), and a
 // conflict on that key is the only thing that makes a claim a duplicate. Run the
 // conformance suite in package inboxtest on it.
+//
+// Two capabilities are optional, each found by a type assertion: [WriteBehindStore], and a
+// method IsTransient(err error) bool, which tells a failure of the store's database (its
+// connection lost, a deadlock, a read-only server) from the message's own, so that
+// [Poisonous] never poisons a healthy message over an outage. A store without it has every
+// failure judged the message's, retried a bounded number of times. A [Tx] may have the
+// same method, for the handler's errors (see Tx). It has no interface type of its own: one
+// method that a store's own error vocabulary backs is documented here rather than named.
 type Store interface {
 	// Claim begins a transaction and inserts the claim in it, skipping a conflict on
 	// (consumer, key).

@@ -29,6 +29,11 @@ import (
 // Run the conformance suite of package inboxtest on a store built with it, on the real
 // database.
 //
+// The table's column names are fixed (consumer, message_id, processed_at, payload_hash,
+// produced; see package inbox's table doc): the table check, the command-line tool and the
+// conformance suite name them, so a dialect's statements and DescribeTable use them as
+// they are.
+//
 // In the statements, the parameters are in the driver's placeholder style ($1 or ?), and
 // the inbox's own values among them (the consumer, the key, the fingerprint and the produced
 // record, always a string, a []byte or nil) are passed as Param returns them.

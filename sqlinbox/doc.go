@@ -39,8 +39,10 @@
 // # Another database
 //
 // A dialect for another database is a type that embeds the closest shipped [Dialect] and
-// overrides what differs, given to [NewDB]; see [Dialect], whose methods are an extension point
-// that is not yet stable. Run the conformance suite (package inboxtest) on a store built with
+// overrides what differs, given to [NewDB] (or to [NewPgx] by [Config.Dialect]); see [Dialect],
+// whose methods are an extension point outside the package's compatibility promise: the
+// interface may gain methods in a minor release, which a dialect that embeds a shipped one
+// inherits. The table's column names are fixed. Run the conformance suite (package inboxtest) on a store built with
 // it.
 //
 // # Privileges

@@ -24,7 +24,12 @@ import (
 //
 // Every [Store] claims, commits, checks its table, creates it and cleans it up the same way.
 // Before its first claim it reads the table's shape from the catalog and refuses a table that
-// cannot guard against duplicates ([ErrTableMismatch]; see CheckTable).
+// cannot guard against duplicates ([ErrTableMismatch]; see CheckTable). The table's column
+// names are fixed, whatever the dialect (see [Dialect]).
+//
+// A Store has the optional method the middleware asks a store for, IsTransient(err error)
+// bool, which tells the infrastructure's failures from the message's (see [Store.IsTransient]
+// and inbox.Poisonous).
 type Store struct {
 	pool    pool
 	sql     statements
