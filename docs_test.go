@@ -57,7 +57,7 @@ var documentedCommands = []struct {
 	{pattern: `^docker-compose up -d$`, ci: composeCheck},
 	{pattern: `^while docker-compose ps \| grep -q 'health: starting'; do sleep 2; done$`, ci: composeCheck},
 	{pattern: `^docker(-| )compose config$`, ci: composeCheck},
-	{pattern: `^\.ci/run$`, ci: `#!/usr/bin/env bash`},
+	{pattern: `^\.ci/run( --release)?$`, ci: `[ "${1:-}" = "--release" ] && release=true`},
 	// The API files: CI checks them; the program's test runs -update on a copy.
 	{pattern: `^\(cd \.ci/apicheck && GOWORK=off go run \.\)$`, ci: `(cd .ci/apicheck && GOWORK=off go run .)`},
 	{pattern: `^\(cd \.ci/apicheck && GOWORK=off go run \. -update\)$`, test: "TestAChangeWithoutItsAPIFileFails"},

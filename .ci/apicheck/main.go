@@ -8,6 +8,12 @@
 //
 //	(cd .ci/apicheck && GOWORK=off go run .)          # fail, with the difference, if a file is not current
 //	(cd .ci/apicheck && GOWORK=off go run . -update)  # write the files from the working tree
+//	(cd .ci/apicheck && GOWORK=off go run . -since DIR) # and no incompatible change since the release checked out in DIR
+//
+// The files catch every change of a signature; -since adds golang.org/x/exp/apidiff's
+// classification against a release, for what breaks callers without changing a line (a
+// struct that stops being comparable when an unexported field is added, say). .ci/run runs
+// it against the newest release tag, once there is one.
 //
 // The packages are loaded in the repository's workspace (its go.work), as they build
 // there; this program's own module stays out of it (GOWORK=off).
@@ -34,8 +40,13 @@ const updateCommand = "(cd .ci/apicheck && GOWORK=off go run . -update)"
 func main() {
 	repo := flag.String("repo", "../..", "repository root")
 	update := flag.Bool("update", false, "write the API files instead of checking them")
+	since := flag.String("since", "", "a checkout of an earlier release: fail on an API change incompatible with it")
 	flag.Parse()
-	if err := run(*repo, *update, os.Stdout); err != nil {
+	err := run(*repo, *update, os.Stdout)
+	if err == nil && *since != "" {
+		err = compatible(*since, *repo, os.Stdout)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "api check: FAILED:", err)
 		os.Exit(1)
 	}
@@ -117,48 +128,11 @@ func run(repo string, update bool, stdout io.Writer) error {
 
 // moduleAPI loads the module's packages in the workspace and returns its path and API lines.
 func moduleAPI(repo string, m apiModule) (modPath string, lines []string, err error) {
-	dir := filepath.Join(repo, filepath.FromSlash(m.dir))
-	goMod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	modPath, published, mains, err := loadModule(repo, m)
 	if err != nil {
 		return "", nil, err
 	}
-	modPath = modfile.ModulePath(goMod)
-	if modPath == "" {
-		return "", nil, errors.New("go.mod has no module line")
-	}
-	config := &packages.Config{
-		Mode: packages.NeedName | packages.NeedTypes | packages.NeedSyntax | packages.NeedTypesInfo | packages.NeedModule,
-		Dir:  dir,
-		Env:  append(os.Environ(), "GOWORK="+workspace(repo), "GOFLAGS="),
-	}
-	pkgs, err := packages.Load(config, "./...")
-	if err != nil {
-		return "", nil, err
-	}
-	var errs []string
-	packages.Visit(pkgs, nil, func(p *packages.Package) {
-		for _, e := range p.Errors {
-			errs = append(errs, e.Error())
-		}
-	})
-	if len(errs) > 0 {
-		return "", nil, errors.New(strings.Join(errs, "; "))
-	}
-	var published, mains []*packages.Package
-	for _, p := range pkgs {
-		switch {
-		case p.Module == nil || p.Module.Path != modPath || slices.Contains(strings.Split(p.PkgPath, "/"), "internal"):
-		case p.Name == "main":
-			mains = append(mains, p)
-		default:
-			published = append(published, p)
-		}
-	}
-	slices.SortFunc(published, func(a, b *packages.Package) int { return strings.Compare(a.PkgPath, b.PkgPath) })
 	if !m.cli {
-		if len(published) == 0 {
-			return "", nil, errors.New("no package")
-		}
 		return modPath, goAPI(published), nil
 	}
 	// A command: its commands and flags, from the package that builds them (the main
@@ -179,6 +153,52 @@ func moduleAPI(repo string, m apiModule) (modPath string, lines []string, err er
 	lines = append(lines, goAPI(published)...)
 	slices.Sort(lines)
 	return modPath, lines, nil
+}
+
+// loadModule loads the module's packages in the workspace and returns its path, its
+// importable packages (sorted by path) and its main packages.
+func loadModule(repo string, m apiModule) (modPath string, published, mains []*packages.Package, err error) {
+	dir := filepath.Join(repo, filepath.FromSlash(m.dir))
+	goMod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return "", nil, nil, err
+	}
+	modPath = modfile.ModulePath(goMod)
+	if modPath == "" {
+		return "", nil, nil, errors.New("go.mod has no module line")
+	}
+	config := &packages.Config{
+		Mode: packages.NeedName | packages.NeedTypes | packages.NeedSyntax | packages.NeedTypesInfo | packages.NeedModule,
+		Dir:  dir,
+		Env:  append(os.Environ(), "GOWORK="+workspace(repo), "GOFLAGS="),
+	}
+	pkgs, err := packages.Load(config, "./...")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	var errs []string
+	packages.Visit(pkgs, nil, func(p *packages.Package) {
+		for _, e := range p.Errors {
+			errs = append(errs, e.Error())
+		}
+	})
+	if len(errs) > 0 {
+		return "", nil, nil, errors.New(strings.Join(errs, "; "))
+	}
+	for _, p := range pkgs {
+		switch {
+		case p.Module == nil || p.Module.Path != modPath || slices.Contains(strings.Split(p.PkgPath, "/"), "internal"):
+		case p.Name == "main":
+			mains = append(mains, p)
+		default:
+			published = append(published, p)
+		}
+	}
+	slices.SortFunc(published, func(a, b *packages.Package) int { return strings.Compare(a.PkgPath, b.PkgPath) })
+	if !m.cli && len(published) == 0 {
+		return "", nil, nil, errors.New("no package")
+	}
+	return modPath, published, mains, nil
 }
 
 // workspace is the repository's go.work, or off if it has none.

@@ -175,3 +175,46 @@ func TestAFlagOfNoCommandFails(t *testing.T) {
 		t.Errorf("run: %v, want the stray flag named", err)
 	}
 }
+
+// An unexported field that makes a comparable struct incomparable changes no line of the
+// API files, so their check passes it; against the release it came from, -since fails it,
+// naming the type; an added function is compatible and passes.
+func TestAnIncompatibleChangeSinceTheReleaseFails(t *testing.T) {
+	release, repo := fixture(t), fixture(t)
+	if err := run(repo, true, new(bytes.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(old, new string) {
+		t.Helper()
+		source := filepath.Join(repo, "lib.go")
+		data, err := os.ReadFile(source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(data, []byte(old)) {
+			t.Fatalf("lib.go has no %q", old)
+		}
+		if err := os.WriteFile(source, bytes.Replace(data, []byte(old), []byte(new), 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit("func Greet(name string) string {", "func Hello() string { return \"hello\" }\n\nfunc Greet(name string) string {")
+	if err := run(repo, true, new(bytes.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := compatible(release, repo, &out); err != nil {
+		t.Fatalf("an added function: %v, want it compatible\n%s", err, out.String())
+	}
+
+	edit("type Exported struct{ Label string }", "type Exported struct {\n\tLabel string\n\thook  func()\n}")
+	if err := run(repo, false, new(bytes.Buffer)); err != nil {
+		t.Fatalf("the API files' check: %v; it cannot see the change, which is why -since exists", err)
+	}
+	out.Reset()
+	err := compatible(release, repo, &out)
+	if err == nil || !strings.Contains(err.Error(), "example.com/lib") || !strings.Contains(out.String(), "Exported") ||
+		!strings.Contains(out.String(), "comparable") {
+		t.Errorf("an unexported func field in a comparable struct: %v\n%s\nwant an incompatible change naming Exported as no longer comparable", err, out.String())
+	}
+}
