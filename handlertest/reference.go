@@ -94,8 +94,11 @@ func (s *session) reference(check bool) (*baseline, bool) {
 		s.report(Problem{Scenario: scenarioReference, What: s.noStatements(ran)})
 		return nil, false
 	}
-	s.t.Logf("handlertest: reference: the handler ran %d statement(s) through the inbox transaction: %s",
-		len(b.statements), strings.Join(b.statements, "; "))
+	how := "ran %d statement(s) through the inbox transaction"
+	if s.writeBehind() {
+		how = "queued %d statement(s), sent with the claim and the commit"
+	}
+	s.t.Logf("handlertest: reference: the handler "+how+": %s", len(b.statements), strings.Join(b.statements, "; "))
 	if b.after, ok = s.snapshot(scenarioReference, ""); !ok {
 		return nil, false
 	}

@@ -50,13 +50,18 @@ const defaultPipelineMessages = 16
 // store starts no goroutine: the delivery that finds a connection free sends the pipeline
 // and hands out its results.
 //
-// It pays where many deliveries are in flight at once on few connections: a router whose
-// subscribers deliver concurrently (gochannel, RabbitMQ with prefetch and several handlers,
-// Kafka with partition concurrency, NATS, Redis consumer groups), over a network whose
-// round trip is long next to a message's work in the database. Handlers must only queue
-// their writes ([inbox.ExecAtCommit]), as write-behind mode requires. The claim-first mode
-// ([inbox.Config.WriteBehind] false, [inbox.TxFromContext]) runs as on [NewPgx]: one connection
-// per message from its claim to its commit, unpipelined.
+// What it buys is the throughput of a connection per delivery on fewer connections, and more
+// where the round trip is long next to a message's work in the database: it needs
+// [PipelineConfig.Connections] connections however many deliveries are in flight, where the
+// other stores hold one per delivery from its claim to its commit. It coalesces only when
+// more deliveries are in flight than those connections: a router whose subscribers deliver
+// concurrently (gochannel, several handlers on one RabbitMQ queue, a Kafka consumer group
+// with one delivery per partition the process holds, NATS, Redis consumer groups).
+//
+// Handlers must only queue their writes ([inbox.ExecAtCommit]), as write-behind mode
+// requires. The claim-first mode ([inbox.Config.WriteBehind] false, [inbox.TxFromContext])
+// runs as on [NewPgx]: one connection per message from its claim to its commit,
+// unpipelined.
 //
 // The store follows the pool's ConnConfig.DefaultQueryExecMode as [NewPgx] does: in the
 // caching modes it prepares its texts by name on each connection once and binds them in
