@@ -36,6 +36,11 @@ const (
 	// MetricRowsDeleted counts inbox rows deleted by retention (sqlinbox's Cleanup), with the
 	// attribute "table" instead of consumer and handler.
 	MetricRowsDeleted = "inbox.cleanup.rows_deleted"
+	// MetricPipelineMessages is a histogram of the requests each pipeline of a store made by
+	// sqlinbox's NewPgxPipeline carried (a message's claim, writes and record, or the read
+	// of a duplicate's committed claim), with the attribute "table": a pipeline of one is a
+	// delivery that went alone, and larger ones show deliveries coalescing.
+	MetricPipelineMessages = "inbox.pipeline.messages"
 )
 
 // The OpenTelemetry spans the middleware starts, from the tracer named ScopeName.

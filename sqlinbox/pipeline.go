@@ -6,8 +6,12 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/inboxotel"
 )
 
 // PipelineConfig configures how a store made by [NewPgxPipeline] pipelines the write-behind
@@ -25,6 +29,11 @@ type PipelineConfig struct {
 
 	// Messages is the most messages one pipeline carries. Default: 16.
 	Messages int
+
+	// MeterProvider receives the inbox.pipeline.messages histogram
+	// ([inboxotel.MetricPipelineMessages]): the requests each pipeline carried, with the
+	// attribute "table". Default: the global provider, otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 const defaultPipelineMessages = 16
@@ -98,11 +107,21 @@ func NewPgxPipeline(pool *pgxpool.Pool, config Config, pipeline PipelineConfig) 
 	if pipeline.Messages == 0 {
 		pipeline.Messages = defaultPipelineMessages
 	}
+	if pipeline.MeterProvider == nil {
+		pipeline.MeterProvider = otel.GetMeterProvider()
+	}
+	perPipeline, err := pipeline.MeterProvider.Meter(inboxotel.ScopeName).Int64Histogram(inboxotel.MetricPipelineMessages,
+		metric.WithDescription("Requests carried by each pipeline of a store made by NewPgxPipeline"),
+		metric.WithUnit("{message}"), metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128))
+	if err != nil {
+		return nil, fmt.Errorf("sqlinbox: NewPgxPipeline: metrics: %w", err)
+	}
 	s, err := NewPgx(pool, config)
 	if err != nil {
 		return nil, err
 	}
-	p := &pipelinePool{pgxPool: s.pool.(*pgxPool)}
+	p := &pipelinePool{pgxPool: s.pool.(*pgxPool), perPipeline: perPipeline,
+		tableAttr: metric.WithAttributeSet(attribute.NewSet(attribute.String("table", s.sql.table.label())))}
 	p.combiner = newCombiner(pipeline.Connections, pipeline.Messages, pool.Acquire, p.send)
 	s.pool = p
 	return s, nil
@@ -112,6 +131,9 @@ func NewPgxPipeline(pool *pgxpool.Pool, config Config, pipeline PipelineConfig) 
 type pipelinePool struct {
 	*pgxPool
 	combiner *combiner
+
+	perPipeline metric.Int64Histogram // inbox.pipeline.messages
+	tableAttr   metric.RecordOption
 }
 
 // session returns a session that holds nothing yet: the claim-first mode acquires its

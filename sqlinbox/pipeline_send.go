@@ -52,6 +52,7 @@ func (p *pipelinePool) send(ctx context.Context, conn *pgxpool.Conn, requests []
 	if len(sent) == 0 {
 		return
 	}
+	p.perPipeline.Record(ctx, int64(len(sent)), p.tableAttr)
 	pl := c.PgConn().StartPipeline(ctx)
 	for _, enc := range statements {
 		for i := range enc {

@@ -255,11 +255,7 @@ func (s *Store) pass(ctx context.Context, batches querier, lock *cleanupLock, ar
 		}
 		lock.held = true
 	}
-	table := s.sql.table.Name
-	if s.sql.table.Schema != "" {
-		table = s.sql.table.Schema + "." + table
-	}
-	tableAttr := metric.WithAttributes(attribute.String("table", table))
+	tableAttr := metric.WithAttributes(attribute.String("table", s.sql.table.label()))
 	start := time.Now()
 	var progress CleanupProgress
 	report := func() {

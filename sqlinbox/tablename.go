@@ -80,3 +80,12 @@ func indexName(name string) string {
 	tag := hex.EncodeToString(sum[:4])
 	return name[:maxIdentifierLength-len(suffix)-len(tag)-1] + "_" + tag + suffix
 }
+
+// label is the table's name as metrics give it in their attribute "table": schema.name, or
+// the name alone, unquoted.
+func (t Table) label() string {
+	if t.Schema == "" {
+		return t.Name
+	}
+	return t.Schema + "." + t.Name
+}
