@@ -190,6 +190,11 @@ func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 	if ex := entry.From(d.original); ex != nil {
 		ex.SetCommitted(true, rec.Response)
 	}
+	if prior.Published {
+		// Everything it recorded has left (see PublishedMarker): publishing it again would
+		// only send copies downstream.
+		rec.Returned, rec.Published = nil, nil
+	}
 	returned := make([]*message.Message, 0, len(rec.Returned))
 	for _, m := range rec.Returned {
 		returned = append(returned, m.Msg)
@@ -198,6 +203,7 @@ func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 	if err := d.publish(pubs); err != nil {
 		return nil, err
 	}
+	d.markPublished(returned, len(returned)+len(pubs) > 0)
 	d.m.metrics.duplicates.Add(d.ctx, 1, d.attrs.add...)
 	if _, silent := d.m.logger.(watermill.NopLogger); silent {
 		return returned, nil // skip building the log fields of every duplicate
@@ -220,6 +226,7 @@ func (d *delivery) processed(returned []*message.Message, pubs []record.Message)
 	if err := d.publish(pubs); err != nil {
 		return nil, err
 	}
+	d.markPublished(returned, len(returned)+len(pubs) > 0)
 	return returned, nil
 }
 

@@ -43,6 +43,25 @@ type Record struct {
 	// Produced holds the messages the handler returned or published through a [Publisher],
 	// as encoded by the middleware; nil if there were none.
 	Produced []byte
+	// Published is set by a store that knows every message of Produced has been published
+	// since (see [PublishedMarker]): the duplicate then publishes none of them again. A store
+	// that does not know leaves it false, and the middleware publishes them again, as it
+	// would for a record whose publish failed.
+	Published bool
+}
+
+// PublishedMarker is implemented by a [Store] that keeps, with each record, whether its
+// messages have left, so that a relay publishes the records whose publish failed and a
+// duplicate or a replay does not publish again what has left (sqlinbox.Store, on a table
+// with the unpublished column). The middleware calls MarkPublished once every message of a
+// committed record has been published: those sent through a [Publisher] after the commit,
+// those it returned once the router acked the message, which it does after publishing them.
+//
+// MarkPublished must not block the delivery: a store writes its marks later, several in one
+// statement. A mark that is lost (a crash before it is written) only means the record's
+// messages are published once more, under the same UUIDs, never that one is missing.
+type PublishedMarker interface {
+	MarkPublished(claim Claim)
 }
 
 // Tx is a transaction opened by [Store.Claim].

@@ -41,6 +41,15 @@ const (
 	// of a duplicate's committed claim), with the attribute "table": a pipeline of one is a
 	// delivery that went alone, and larger ones show deliveries coalescing.
 	MetricPipelineMessages = "inbox.pipeline.messages"
+	// MetricRelayPublished counts the records a relay (sqlinbox's RelayRunner) published,
+	// with the attribute "table".
+	MetricRelayPublished = "inbox.relay.records_published"
+	// MetricRelayBacklog is a gauge of the unpublished records a relay found after its last
+	// pass, with the attribute "table".
+	MetricRelayBacklog = "inbox.relay.backlog"
+	// MetricRelayOldestAge is a gauge of the age of the oldest unpublished record after a
+	// relay's last pass, in seconds (0 when there is none), with the attribute "table".
+	MetricRelayOldestAge = "inbox.relay.oldest_age"
 )
 
 // The OpenTelemetry spans the middleware starts, from the tracer named ScopeName.

@@ -46,7 +46,7 @@ func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.
 		sess.release()
 		return nil, nil, &storeError{err}
 	}
-	prior, err := sess.rollbackAndSelect(ctx, s.sql.selectClaim, s.sql.selectClaimArgs(claim))
+	prior, err := sess.rollbackAndSelect(ctx, s.claimRead(claim))
 	sess.release()
 	if err != nil {
 		return nil, nil, &storeError{err}
@@ -58,7 +58,7 @@ func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.
 // that sends multi-statement requests, the server is not one that refuses them.
 // Whatever stops it is the store's own failure: the check's connection refused, say.
 func (s *Store) before(ctx context.Context, mode string) error {
-	if err := s.table.before(ctx, s.table.passing(s.describe)); err != nil {
+	if err := s.shapeKnown(ctx); err != nil {
 		return &storeError{err}
 	}
 	if s.refusal != nil {
@@ -67,6 +67,13 @@ func (s *Store) before(ctx context.Context, mode string) error {
 		}
 	}
 	return nil
+}
+
+// shapeKnown returns nil once the table has passed its check, whose verdict says whether the
+// store keeps marks: retention must know before it deletes, or it could delete an unpublished
+// record of a table it has not read.
+func (s *Store) shapeKnown(ctx context.Context) error {
+	return s.table.before(ctx, s.table.passing(s.describe))
 }
 
 // isDuplicate reports whether err, from the statement at failed, is a duplicate of the claim
@@ -169,7 +176,7 @@ func (t *claimedTx) Commit(ctx context.Context, produced []byte) error {
 		return t.session.abort(ctx, err)
 	}
 	if produced != nil {
-		statements = append(statements, t.store.sql.recordStatement(t.claim, produced))
+		statements = append(statements, t.store.sql.recordStatement(t.claim, produced, t.store.marks()))
 	}
 	var claims bool
 	t.marked.Do(func() {}) // the mark, if Handle sent it, happened before

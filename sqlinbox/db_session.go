@@ -133,8 +133,8 @@ func (s *sqlSessionState) raised(err error, transient func(error) bool) bool { r
 // takes a snapshot of its own, so it also sees a claim committed while this one waited for
 // it; under REPEATABLE READ or SERIALIZABLE such a claim fails instead ("could not serialize
 // access"), and the redelivery is the duplicate.
-func (s *dbSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
-	prior, err := scanClaim(s.tx.QueryRowContext(ctx, query, args...))
+func (s *dbSession) rollbackAndSelect(ctx context.Context, read claimRead) (*inbox.Record, error) {
+	prior, err := scanClaim(s.tx.QueryRowContext(ctx, read.sql, read.args...), read.marks)
 	if rbErr := s.tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 		err = errors.Join(err, fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", rbErr))
 	}

@@ -79,7 +79,7 @@ type Dialect interface {
 	// migrate, check and stats do.
 	RetentionIndex(t Table) (query string, args []any)
 	// UpgradeTable returns the migration that brings a table t made by an earlier release's
-	// CreateTable to this release's shape: a name for its files ("utc_processed_at"), the
+	// CreateTable to this release's shape: a name for its files ("unpublished"), the
 	// statements that upgrade the table and those that undo the upgrade. Each statement
 	// changes nothing on a table that has the shape it leads to already, so the upgrade can
 	// be applied to a table of any release, also one CreateTable made. name "": the table
@@ -158,6 +158,10 @@ type Dialect interface {
 	// limit near a record the middleware accepts.
 	RequestLimit() string
 
+	// Relay returns the SQL of the unpublished mark on t (see [RelaySQL]); nil if the dialect
+	// keeps none, and its stores then work as on a table without the column.
+	Relay(t Table) *RelaySQL
+
 	// dialect is unexported so that every [Dialect] embeds a shipped one.
 	dialect()
 }
@@ -182,6 +186,41 @@ type MultiStatementSQL struct {
 	// fails with an error wrapping [ErrMultiStatementRefused]. No row, or no ON: the requests are
 	// sent. [MySQL]'s asks for wsrep_on, ON on a node of a Galera or Percona XtraDB Cluster.
 	Refuse string
+}
+
+// RelaySQL is the SQL of the inbox table's column unpublished (see [Dialect.Relay]): set in
+// the claim's commit when its record holds messages for publishing, cleared once they have
+// been published. It lets a [RelayRunner] publish the records whose publish failed or never
+// ran, a duplicate or an HTTP replay skip publishing again what has left, and retention keep
+// what has not. A store uses it only on a table that has the column (its table check reads
+// the catalog); a table made before the column works as before, without a relay.
+type RelaySQL struct {
+	// Record is [Dialect.UpdateProduced] that also sets unpublished, for a record that holds
+	// messages; the same parameters.
+	Record string
+	// SelectClaim is [Dialect.SelectClaim] with a third column of bytes: NULL while the
+	// record is unpublished, not NULL once it is published.
+	SelectClaim string
+	// DeleteExpired and CountExpired are the dialect's, with unpublished records left out.
+	DeleteExpired, CountExpired string
+	// Mark returns the statement that clears unpublished on n claims, whose parameters are n
+	// pairs of consumer and key, each as [Dialect.Param] gives it.
+	Mark func(n int) string
+	// Lock, if set, runs first in a relay pass's transaction, so that what Take reads stays
+	// the pass's until it commits on a database without row locks ([SQLite]: it takes the write
+	// lock).
+	Lock string
+	// Take returns up to the second parameter of the unpublished records claimed more than
+	// the first ago (in [Dialect.Age]'s unit), oldest first, as rows of consumer, message_id
+	// and produced, and locks them until the pass's transaction ends, skipping rows another
+	// transaction holds, so that two passes at once never take one record.
+	Take string
+	// Backlog returns one row: the number of unpublished records and the age of the oldest
+	// in microseconds (0 when there is none).
+	Backlog string
+	// AddColumn adds the column and its index to a table made without them, for the table
+	// check's message and the upgrade migration.
+	AddColumn []string
 }
 
 // Table is a validated table name in the forms a dialect's SQL needs.
@@ -230,4 +269,17 @@ func render(statement string, table Table) string {
 		return statement
 	}
 	return fmt.Sprintf(statement, table.Quoted)
+}
+
+// placeholderPairs writes n pairs of placeholders, "(p1, p2), (p3, p4)", numbered from 1 by
+// placeholder.
+func placeholderPairs(n int, placeholder func(i int) string) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(" + placeholder(2*i+1) + ", " + placeholder(2*i+2) + ")")
+	}
+	return b.String()
 }

@@ -54,9 +54,32 @@ func (MySQL) CreateTable(t Table) []string {
 	processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
 	payload_hash VARBINARY(64),
 	produced     LONGBLOB,
+	unpublished  BOOLEAN NOT NULL DEFAULT FALSE,
 	PRIMARY KEY (consumer, message_id),
-	INDEX processed_at (processed_at)
+	INDEX processed_at (processed_at),
+	INDEX unpublished (unpublished, processed_at)
 ) ENGINE=InnoDB`)
+}
+
+// Relay: FOR UPDATE SKIP LOCKED (MariaDB 10.6, [MySQL] 8.0) lets two relays' passes take
+// disjoint records; the (unpublished, processed_at) index finds them without reading the
+// claims.
+func (MySQL) Relay(t Table) *RelaySQL {
+	return &RelaySQL{
+		Record:        "UPDATE " + t.Quoted + " SET produced = UNHEX(?), unpublished = TRUE WHERE consumer = UNHEX(?) AND message_id = UNHEX(?)",
+		SelectClaim:   "SELECT payload_hash, produced, IF(unpublished, NULL, X'01') FROM " + t.Quoted + " WHERE consumer = UNHEX(?) AND message_id = UNHEX(?)",
+		DeleteExpired: "DELETE FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND NOT unpublished ORDER BY processed_at LIMIT ?",
+		CountExpired:  "SELECT COUNT(*) FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND NOT unpublished",
+		Mark: func(n int) string {
+			return "UPDATE " + t.Quoted + " SET unpublished = FALSE WHERE unpublished AND (consumer, message_id) IN (" +
+				placeholderPairs(n, func(int) string { return "UNHEX(?)" }) + ")"
+		},
+		Take:    "SELECT consumer, message_id, produced FROM " + t.Quoted + " WHERE unpublished AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ? FOR UPDATE SKIP LOCKED",
+		Backlog: "SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(processed_at), UTC_TIMESTAMP(6)), 0) FROM " + t.Quoted + " WHERE unpublished",
+		AddColumn: []string{
+			"ALTER TABLE " + t.Quoted + " ADD COLUMN unpublished BOOLEAN NOT NULL DEFAULT FALSE, ADD INDEX unpublished (unpublished, processed_at)",
+		},
+	}
 }
 
 // SchemaLock: [MySQL]'s DDL commits on its own; CREATE TABLE IF NOT EXISTS is safe at once.
@@ -114,7 +137,8 @@ func (MySQL) RetentionIndex(t Table) (string, []any) {
 WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = 'processed_at' AND SEQ_IN_INDEX = 1`, []any{schema, t.Name}
 }
 
-// UpgradeTable moves a table made before processed_at was the time in UTC (DEFAULT
+// UpgradeTable adds the column unpublished and its index if the table lacks them (see
+// [RelaySQL]), and moves a table made before processed_at was the time in UTC (DEFAULT
 // CURRENT_TIMESTAMP(6), the claiming session's local time) to UTC: the claims it holds are
 // converted from the time zone of the session that runs the migration, which must be the
 // zone the services' sessions had (the DSN's time_zone, else the server's), and the default
@@ -140,9 +164,26 @@ func (MySQL) UpgradeTable(t Table) (name string, up, down []string) {
 			"UNLOCK TABLES",
 		}
 	}
-	return "utc_processed_at",
-		convert("@@session.time_zone", "'+00:00'", `current\_timestamp`, "(UTC_TIMESTAMP(6))"),
-		convert("'+00:00'", "@@session.time_zone", `utc\_timestamp`, "CURRENT_TIMESTAMP(6)")
+	// ALTER TABLE has no IF NOT EXISTS on [MySQL]: the statement is chosen by the catalog and
+	// run as a prepared one.
+	ifColumn := func(exists bool, statement string) []string {
+		test := "NOT EXISTS"
+		if exists {
+			test = "EXISTS"
+		}
+		return []string{
+			"SET @inbox_upgrade = IF(" + test + " (SELECT 1 FROM information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = " + schema +
+				" AND c.TABLE_NAME = '" + t.Name + "' AND c.COLUMN_NAME = 'unpublished'), '" + statement + "', 'DO 0')",
+			"PREPARE inbox_upgrade FROM @inbox_upgrade",
+			"EXECUTE inbox_upgrade",
+			"DEALLOCATE PREPARE inbox_upgrade",
+		}
+	}
+	up = append(convert("@@session.time_zone", "'+00:00'", `current\_timestamp`, "(UTC_TIMESTAMP(6))"),
+		ifColumn(false, MySQL{}.Relay(t).AddColumn[0])...)
+	down = append(ifColumn(true, "ALTER TABLE "+t.Quoted+" DROP INDEX unpublished, DROP COLUMN unpublished"),
+		convert("'+00:00'", "@@session.time_zone", `utc\_timestamp`, "CURRENT_TIMESTAMP(6)")...)
+	return "utc_processed_at_unpublished", up, down
 }
 
 // InsertClaim carries the store's guard against a connection in a character set that

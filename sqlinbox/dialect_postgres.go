@@ -52,10 +52,42 @@ END $$`}
 	processed_at timestamptz NOT NULL DEFAULT now(),
 	payload_hash bytea,
 	produced     bytea,
+	unpublished  boolean NOT NULL DEFAULT false,
 	PRIMARY KEY (consumer, message_id)
 )`,
 		`CREATE INDEX IF NOT EXISTS `+doubleQuote(indexName(t.Name))+` ON `+t.Quoted+` (processed_at)`,
+		postgresUnpublishedIndex(t),
 	)
+}
+
+// postgresUnpublishedIndex is partial: it holds the unpublished records alone, which are few,
+// so the relay finds them without reading the claims and a mark removes its entry. It is made
+// only on a table that has the column, so that CreateTable still runs on a table made before
+// it (which the upgrade brings up to date). It is one line: no ";" of it ends a line, where a
+// script's statements are split.
+func postgresUnpublishedIndex(t Table) string {
+	return `DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('` + t.Quoted + `') AND attname = 'unpublished' AND NOT attisdropped) THEN ` +
+		`CREATE INDEX IF NOT EXISTS ` + doubleQuote(unpublishedIndexName(t.Name)) + ` ON ` + t.Quoted + ` (processed_at) WHERE unpublished; END IF; END $$`
+}
+
+// Relay: FOR UPDATE SKIP LOCKED lets two relays' passes take disjoint records; a mark is one
+// UPDATE of a list of keys.
+func (Postgres) Relay(t Table) *RelaySQL {
+	return &RelaySQL{
+		Record:        `UPDATE ` + t.Quoted + ` SET produced = $1, unpublished = true WHERE consumer = $2 AND message_id = $3`,
+		SelectClaim:   `SELECT payload_hash, produced, CASE WHEN unpublished THEN NULL ELSE '\x01'::bytea END FROM ` + t.Quoted + ` WHERE consumer = $1 AND message_id = $2`,
+		DeleteExpired: render(`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond' AND NOT unpublished ORDER BY processed_at LIMIT $2))`, t),
+		CountExpired:  `SELECT count(*) FROM ` + t.Quoted + ` WHERE processed_at < now() - $1::bigint * interval '1 microsecond' AND NOT unpublished`,
+		Mark: func(n int) string {
+			return `UPDATE ` + t.Quoted + ` SET unpublished = false WHERE unpublished AND (consumer, message_id) IN (` + placeholderPairs(n, func(i int) string { return "$" + strconv.Itoa(i) }) + `)`
+		},
+		Take:    `SELECT consumer, message_id, produced FROM ` + t.Quoted + ` WHERE unpublished AND processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
+		Backlog: `SELECT count(*), COALESCE((extract(epoch FROM now() - min(processed_at)) * 1000000)::bigint, 0) FROM ` + t.Quoted + ` WHERE unpublished`,
+		AddColumn: []string{
+			`ALTER TABLE ` + t.Quoted + ` ADD COLUMN IF NOT EXISTS unpublished boolean NOT NULL DEFAULT false`,
+			postgresUnpublishedIndex(t),
+		},
+	}
 }
 
 // SchemaLock: CREATE TABLE IF NOT EXISTS can fail when two sessions run it at once.
@@ -70,15 +102,31 @@ func (Postgres) ColumnTypes() (key, binary, temporal string) {
 }
 
 // RetentionIndex counts the valid indexes of the table named by $1 (quoted, found as
-// postgresDescribe finds it) that start with processed_at.
+// postgresDescribe finds it) that start with processed_at and hold every row: the partial
+// index of the unpublished records does not serve retention.
 func (Postgres) RetentionIndex(t Table) (string, []any) {
 	return `SELECT count(*) FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-WHERE i.indrelid = to_regclass($1::text) AND a.attname = 'processed_at' AND i.indisvalid`, []any{t.Quoted}
+WHERE i.indrelid = to_regclass($1::text) AND a.attname = 'processed_at' AND i.indisvalid AND i.indpred IS NULL`, []any{t.Quoted}
 }
 
-// UpgradeTable: the table has not changed.
-func (Postgres) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
+// UpgradeTable adds the column unpublished and its index (see [RelaySQL]); both are made only
+// if missing, so the upgrade is safe on a table this release created. The down migration
+// drops them.
+func (p Postgres) UpgradeTable(t Table) (string, []string, []string) {
+	return "unpublished", p.Relay(t).AddColumn, []string{
+		`DROP INDEX IF EXISTS ` + qualifiedIndex(t, unpublishedIndexName(t.Name)),
+		`ALTER TABLE ` + t.Quoted + ` DROP COLUMN IF EXISTS unpublished`,
+	}
+}
+
+// qualifiedIndex names an index in t's schema, where PostgreSQL creates a table's indexes.
+func qualifiedIndex(t Table, index string) string {
+	if t.Schema == "" {
+		return doubleQuote(index)
+	}
+	return doubleQuote(t.Schema) + "." + doubleQuote(index)
+}
 
 // postgresDescribe describes the table named by $1 (quoted, found on the search path as the
 // store's statements find it) for the table check. Exact: text, varchar or bytea (not

@@ -51,9 +51,34 @@ func (SQLite) CreateTable(t Table) []string {
 	processed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
 	payload_hash BLOB,
 	produced     BLOB,
+	unpublished  INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (consumer, message_id)
 ) WITHOUT ROWID`,
 		`CREATE INDEX IF NOT EXISTS ` + index + ` ON ` + t.Quoted + ` (processed_at)`,
+	}
+}
+
+// Relay: SQLite has no row locks; Lock takes the database's write lock first (an UPDATE
+// that changes no row still takes it), so a pass's records are its own until it commits.
+// There is no index of the unpublished records: CREATE INDEX on a column a table made before
+// it lacks would fail, and SQLite cannot make one only if the column exists; the relay reads
+// the table in processed_at order.
+func (SQLite) Relay(t Table) *RelaySQL {
+	return &RelaySQL{
+		Record:        `UPDATE ` + t.Quoted + ` SET produced = ?, unpublished = 1 WHERE consumer = ? AND message_id = ?`,
+		SelectClaim:   `SELECT payload_hash, produced, CASE WHEN unpublished THEN NULL ELSE X'01' END FROM ` + t.Quoted + ` WHERE consumer = ? AND message_id = ?`,
+		DeleteExpired: render(`DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) AND NOT unpublished ORDER BY processed_at LIMIT ?)`, t),
+		CountExpired:  `SELECT COUNT(*) FROM ` + t.Quoted + ` WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) AND NOT unpublished`,
+		Mark: func(n int) string {
+			return `UPDATE ` + t.Quoted + ` SET unpublished = 0 WHERE unpublished AND (consumer, message_id) IN (VALUES ` +
+				placeholderPairs(n, func(int) string { return "?" }) + `)`
+		},
+		Lock:    `UPDATE ` + t.Quoted + ` SET unpublished = unpublished WHERE 0`,
+		Take:    `SELECT consumer, message_id, produced FROM ` + t.Quoted + ` WHERE unpublished AND processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) ORDER BY processed_at LIMIT ?`,
+		Backlog: `SELECT COUNT(*), COALESCE(CAST((julianday('now') - julianday(MIN(processed_at))) * 86400000000 AS INTEGER), 0) FROM ` + t.Quoted + ` WHERE unpublished`,
+		AddColumn: []string{
+			`ALTER TABLE ` + t.Quoted + ` ADD COLUMN unpublished INTEGER NOT NULL DEFAULT 0`,
+		},
 	}
 }
 
@@ -80,10 +105,12 @@ func (SQLite) RetentionIndex(t Table) (string, []any) {
 		schema = "main"
 	}
 	return `SELECT COUNT(*) FROM pragma_index_list(?1, ?2) il
-WHERE (SELECT ii.name FROM pragma_index_info(il.name, ?2) ii WHERE ii.seqno = 0) = 'processed_at'`, []any{t.Name, schema}
+WHERE il.partial = 0 AND (SELECT ii.name FROM pragma_index_info(il.name, ?2) ii WHERE ii.seqno = 0) = 'processed_at'`, []any{t.Name, schema}
 }
 
-// UpgradeTable: the table has not changed.
+// UpgradeTable: SQLite cannot add a column only if it is missing, so there is no upgrade
+// that is safe to run twice; a table made before the column unpublished works without a
+// relay, and the table check's refusal of a relay names the statements that add it.
 func (SQLite) UpgradeTable(Table) (string, []string, []string) { return "", nil, nil }
 
 // sqliteDescribe describes the table (name ?1 in schema ?2) for the table check. A key

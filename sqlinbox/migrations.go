@@ -59,14 +59,17 @@ func MigrationFiles(dialect Dialect, table string, format MigrationFormat, versi
 // UpgradeFiles returns the migration that brings the inbox table table, made by an earlier
 // release, to this release's shape in dialect ([Dialect.UpgradeTable]), laid out as
 // [MigrationFiles] lays out the table's first migration: add it after that one. The name is
-// upgrade_, the table's name as given and the upgrade's ("upgrade_inbox_utc_processed_at"); the
+// upgrade_, the table's name as given and the upgrade's ("upgrade_inbox_unpublished"); the
 // version is MigrationFiles's. The upgrade changes nothing on a table that has the shape
-// already, so it is safe on a table this release created. A dialect whose table has not
-// changed returns an error saying so.
+// already, so it is safe on a table this release created. A dialect without an upgrade
+// returns an error saying so.
 //
-// The upgrades so far: [MySQL]/MariaDB's processed_at holds the time in UTC
-// (utc_processed_at); it converts the claims the table holds from the time zone of the
-// session that runs it, so run it in a session of the zone your services' sessions had.
+// The upgrades so far: the column unpublished and its index, which the relay needs (see
+// [RelaySQL]; "unpublished" on PostgreSQL); and on [MySQL]/MariaDB, in the same migration
+// (utc_processed_at_unpublished), processed_at holds the time in UTC: it converts the claims
+// the table holds from the time zone of the session that runs it, so run it in a session of
+// the zone your services' sessions had. [SQLite] has none: it cannot add a column only if it
+// is missing.
 func UpgradeFiles(dialect Dialect, table string, format MigrationFormat, version string) (fs.FS, error) {
 	t, err := parseTable(dialect, table)
 	if err != nil {
@@ -74,7 +77,8 @@ func UpgradeFiles(dialect Dialect, table string, format MigrationFormat, version
 	}
 	name, up, down := dialect.UpgradeTable(t)
 	if name == "" {
-		return nil, fmt.Errorf("sqlinbox: the %s inbox table has not changed since its first migration: there is no upgrade", dialect.Name())
+		return nil, fmt.Errorf("sqlinbox: the %s dialect has no upgrade of the inbox table: there is no upgrade that is safe to run twice; "+
+			"a table without the column unpublished works without a relay (see RelaySQL)", dialect.Name())
 	}
 	return migration("upgrade", table+"_"+name, up, down, format, version)
 }

@@ -48,12 +48,10 @@ func TestMigrationFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			name := "00042_create_" + tt.table
-			// goose's file holds the DDL with PostgreSQL's schema block, which has ";" of its
-			// own, between StatementBegin and StatementEnd.
-			gooseUp := up
-			if block, rest, ok := strings.Cut(up, "END $$;\n"); ok {
-				gooseUp = "-- +goose StatementBegin\n" + block + "END $$;\n-- +goose StatementEnd\n" + rest
-			}
+			// goose's file holds the DDL with PostgreSQL's blocks (the schema's, the index of
+			// the unpublished records), which have ";" of their own, between StatementBegin and
+			// StatementEnd.
+			gooseUp := regexp.MustCompile(`(?s)(DO \$\$.*?END \$\$;\n)`).ReplaceAllString(up, "-- +goose StatementBegin\n$1-- +goose StatementEnd\n")
 			for _, f := range []struct {
 				format sqlinbox.MigrationFormat
 				want   map[string]string
@@ -163,21 +161,29 @@ func TestMigrationFilesVersionAndBadInput(t *testing.T) {
 }
 
 // The upgrade is laid out as the first migration is, named after the table and the upgrade;
-// a dialect whose table has not changed has none.
+// a dialect that cannot upgrade safely (SQLite) has none.
 func TestUpgradeFiles(t *testing.T) {
 	fsys, err := sqlinbox.UpgradeFiles(sqlinbox.MySQL{}, "inbox", sqlinbox.FormatGolangMigrate, "00043")
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := readMigrations(t, fsys)
-	up, down := files["00043_upgrade_inbox_utc_processed_at.up.sql"], files["00043_upgrade_inbox_utc_processed_at.down.sql"]
+	up, down := files["00043_upgrade_inbox_utc_processed_at_unpublished.up.sql"], files["00043_upgrade_inbox_utc_processed_at_unpublished.down.sql"]
 	if len(files) != 2 || !strings.HasPrefix(up, "LOCK TABLES `inbox` WRITE;\n") || !strings.HasSuffix(down, "UNLOCK TABLES;\n") ||
-		!strings.Contains(up, "SET DEFAULT (UTC_TIMESTAMP(6))") || !strings.Contains(down, "SET DEFAULT CURRENT_TIMESTAMP(6)") {
+		!strings.Contains(up, "SET DEFAULT (UTC_TIMESTAMP(6))") || !strings.Contains(down, "SET DEFAULT CURRENT_TIMESTAMP(6)") ||
+		!strings.Contains(up, "ADD COLUMN unpublished") || !strings.Contains(down, "DROP COLUMN unpublished") {
 		t.Errorf("upgrade files: %v", files)
 	}
-	for _, dialect := range []sqlinbox.Dialect{sqlinbox.Postgres{}, sqlinbox.SQLite{}} {
-		if _, err := sqlinbox.UpgradeFiles(dialect, "inbox", sqlinbox.FormatGoose, "1"); err == nil || !strings.Contains(err.Error(), "there is no upgrade") {
-			t.Errorf("%s: err = %v, want no upgrade", dialect.Name(), err)
-		}
+	fsys, err = sqlinbox.UpgradeFiles(sqlinbox.Postgres{}, "app.inbox", sqlinbox.FormatGoose, "7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = readMigrations(t, fsys)
+	if goose := files["7_upgrade_app.inbox_unpublished.sql"]; len(files) != 1 || !strings.Contains(goose, `ADD COLUMN IF NOT EXISTS unpublished`) ||
+		!strings.Contains(goose, `DROP INDEX IF EXISTS "app"."inbox_unpublished"`) {
+		t.Errorf("postgres upgrade files: %v", files)
+	}
+	if _, err := sqlinbox.UpgradeFiles(sqlinbox.SQLite{}, "inbox", sqlinbox.FormatGoose, "1"); err == nil || !strings.Contains(err.Error(), "there is no upgrade") {
+		t.Errorf("sqlite: err = %v, want no upgrade", err)
 	}
 }

@@ -67,7 +67,7 @@ func NewMultiStatement(connector driver.Connector, dialect Dialect, config Confi
 		_ = db.Close()
 		return nil, nil, err
 	}
-	p.beginText, p.selectClaim = s.sql.begin, s.sql.selectClaim
+	p.beginText = s.sql.begin
 	s.refusal = newVerdict(ErrMultiStatementRefused, 0, config.Logger,
 		"Multi-statement requests refused: every message fails; set the DSN's multiStatements=true and interpolateParams=true, or on a Galera node make the store with sqlinbox.NewDB", nil)
 	return s, db, nil
@@ -77,8 +77,8 @@ func NewMultiStatement(connector driver.Connector, dialect Dialect, config Confi
 // opened; everything else runs as on any database/sql pool.
 type multiPool struct {
 	dbPool
-	multi                  *MultiStatementSQL
-	beginText, selectClaim string
+	multi     *MultiStatementSQL
+	beginText string
 }
 
 func (p *multiPool) session(ctx context.Context) (session, error) {
@@ -160,9 +160,9 @@ func (s *multiSession) run(ctx context.Context, statements []statement) (int, er
 func (s *multiSession) rollback(context.Context) error { return s.rolledBack(s.tx.Rollback()) }
 
 // rollbackAndSelect sends ROLLBACK and the read of the committed claim as one request.
-func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
+func (s *multiSession) rollbackAndSelect(ctx context.Context, read claimRead) (*inbox.Record, error) {
 	ctx = context.WithoutCancel(ctx) // the transaction must end, whatever happens to ctx
-	rows, err := s.conn.QueryContext(txmark.With(ctx, txmark.Ends), sqlRollback+requestSeparator+query, args...)
+	rows, err := s.conn.QueryContext(txmark.With(ctx, txmark.Ends), sqlRollback+requestSeparator+read.sql, read.args...)
 	if err != nil {
 		discard(s.conn)
 		return nil, fmt.Errorf("sqlinbox: rollback: %w", err)
@@ -174,7 +174,7 @@ func (s *multiSession) rollbackAndSelect(ctx context.Context, query string, args
 			return nil, fmt.Errorf("sqlinbox: read the committed claim: %w", errors.Join(rows.Err(), sql.ErrNoRows))
 		}
 	}
-	return scanClaim(rows)
+	return scanClaim(rows, read.marks)
 }
 
 // abort ends the transaction a failed request left open and, after a request that began a

@@ -58,16 +58,17 @@ func NewPgx(pool *pgxpool.Pool, config Config) (*Store, error) {
 		return nil, err
 	}
 	mode := pool.Config().ConnConfig.DefaultQueryExecMode
-	p.begin, p.selectClaim, p.named, p.describes = s.sql.begin, s.sql.selectClaim, namesStatements(mode), mode == pgx.QueryExecModeDescribeExec
+	p.begin, p.selectClaim, p.named, p.describes = s.sql.begin, s.selectClaimSQL, namesStatements(mode), mode == pgx.QueryExecModeDescribeExec
 	p.simple = mode == pgx.QueryExecModeSimpleProtocol
 	return s, nil
 }
 
 // pgxPool runs a store's statements on a pgx pool.
 type pgxPool struct {
-	pgxQuerier         // statements on the pool, each in a transaction of its own
-	pool               *pgxpool.Pool
-	begin, selectClaim string
+	pgxQuerier  // statements on the pool, each in a transaction of its own
+	pool        *pgxpool.Pool
+	begin       string
+	selectClaim func() string // the store's read of a duplicate, which a check that finds the column unpublished changes
 
 	// named is set when the pool's mode caches statements: the store prepares its texts by
 	// name too (see prepare). describes is set in QueryExecModeDescribeExec, where pgx

@@ -34,7 +34,7 @@ func (s *pgxSession) begin(ctx context.Context, first []statement) (int, error) 
 	c := s.conn.Conn()
 	// ROLLBACK and the read of the committed claim too: after a duplicate the transaction is
 	// aborted, and the server refuses to prepare anything until it ends.
-	if err := s.pool.prepare(ctx, c, first, sqlRollback, s.pool.selectClaim); err != nil {
+	if err := s.pool.prepare(ctx, c, first, sqlRollback, s.pool.selectClaim()); err != nil {
 		return failedSetup, err
 	}
 	batch := &pgx.Batch{}
@@ -112,7 +112,7 @@ func (s *pgxSession) commit(ctx context.Context, statements []statement) (int, e
 
 func (s *pgxSession) run(ctx context.Context, statements []statement) (int, error) {
 	c := s.conn.Conn()
-	if err := s.pool.prepare(ctx, c, statements, s.pool.begin, sqlCommit, sqlRollback, s.pool.selectClaim); err != nil {
+	if err := s.pool.prepare(ctx, c, statements, s.pool.begin, sqlCommit, sqlRollback, s.pool.selectClaim()); err != nil {
 		return failedSetup, err
 	}
 	batch := &pgx.Batch{}
@@ -144,7 +144,7 @@ func refusedWhole(failed int, err error) bool {
 func (s *pgxSession) rollback(ctx context.Context) error { return pgxEnded(s.tx.Rollback(ctx)) }
 
 // rollbackAndSelect sends ROLLBACK and the read of the committed claim in one batch.
-func (s *pgxSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
+func (s *pgxSession) rollbackAndSelect(ctx context.Context, read claimRead) (*inbox.Record, error) {
 	c := s.conn.Conn()
 	if s.pool.describes && c.PgConn().TxStatus() == 'E' {
 		// The server describes nothing in an aborted transaction: ROLLBACK goes first, alone
@@ -154,16 +154,16 @@ func (s *pgxSession) rollbackAndSelect(ctx context.Context, query string, args [
 		if _, err := c.Exec(ctx, sqlRollback); err != nil {
 			return nil, fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", err)
 		}
-		return scanClaim(c.QueryRow(ctx, query, append([]any{pgx.QueryExecModeExec}, args...)...))
+		return scanClaim(c.QueryRow(ctx, read.sql, append([]any{pgx.QueryExecModeExec}, read.args...)...), read.marks)
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(sqlRollback)
-	batch.Queue(query, args...)
+	batch.Queue(read.sql, read.args...)
 	results := c.SendBatch(ctx, batch)
 	_, err := results.Exec()
 	var prior *inbox.Record
 	if err == nil {
-		prior, err = scanClaim(results.QueryRow())
+		prior, err = scanClaim(results.QueryRow(), read.marks)
 	} else {
 		err = fmt.Errorf("sqlinbox: end the duplicate's transaction: %w", err)
 	}

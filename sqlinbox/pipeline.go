@@ -176,17 +176,17 @@ func (s *pipelineSession) run(ctx context.Context, statements []statement) (int,
 
 // rollbackAndSelect: in write-behind mode the duplicate's transaction ended at its Sync, so
 // the read is a request of its own, in the next pipeline.
-func (s *pipelineSession) rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error) {
+func (s *pipelineSession) rollbackAndSelect(ctx context.Context, read claimRead) (*inbox.Record, error) {
 	if s.inner != nil {
-		return s.inner.rollbackAndSelect(ctx, query, args)
+		return s.inner.rollbackAndSelect(ctx, read)
 	}
 	var prior claimRow
-	r := newRequest(ctx, []statement{{sql: query, args: args}}, &prior)
+	r := newRequest(ctx, []statement{{sql: read.sql, args: read.args}}, &prior)
 	s.pool.combiner.do(r)
 	if r.err != nil {
 		return nil, fmt.Errorf("sqlinbox: read the committed claim: %w", r.err)
 	}
-	return scanClaim(&prior)
+	return scanClaim(&prior, read.marks)
 }
 
 // abort: a message of a pipeline left no transaction open; its Sync ended it.

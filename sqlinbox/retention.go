@@ -140,6 +140,9 @@ func (s *Store) cleanup(ctx context.Context, olderThan time.Duration, cleanupCon
 	if err != nil {
 		return 0, err
 	}
+	if err := s.shapeKnown(ctx); err != nil {
+		return 0, fmt.Errorf("sqlinbox: cleanup: %w", err)
+	}
 	sql := s.sql
 	switch {
 	case sql.lockTake == "":
@@ -178,7 +181,11 @@ func (s *Store) CountExpired(ctx context.Context, olderThan time.Duration) (int6
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.pool.queryInt(ctx, s.sql.countExpired, args...)
+	if err := s.shapeKnown(ctx); err != nil {
+		return 0, fmt.Errorf("sqlinbox: count expired claims: %w", err)
+	}
+	_, countExpired := s.sql.expiredSQL(s.marks())
+	n, err := s.pool.queryInt(ctx, countExpired, args...)
 	if err != nil {
 		return 0, fmt.Errorf("sqlinbox: count expired claims: %w", err)
 	}
@@ -278,7 +285,8 @@ func (s *Store) pass(ctx context.Context, batches querier, lock *cleanupLock, ar
 				return progress.Deleted, fmt.Errorf("sqlinbox: cleanup: before batch %d: the lock: %w", progress.Batches+1, err)
 			}
 		}
-		n, err := batches.exec(ctx, s.sql.deleteExpired, args...)
+		deleteExpired, _ := s.sql.expiredSQL(s.marks())
+		n, err := batches.exec(ctx, deleteExpired, args...)
 		if err != nil {
 			return progress.Deleted, fmt.Errorf("sqlinbox: cleanup: batch %d: %w", progress.Batches+1, err)
 		}

@@ -132,13 +132,13 @@ type session interface {
 	run(ctx context.Context, statements []statement) (failed int, err error)
 	// rollback ends the transaction begin began, discarding it.
 	rollback(ctx context.Context) error
-	// rollbackAndSelect reads what the committed claim recorded (SelectClaim with args), after
+	// rollbackAndSelect reads what the committed claim recorded (read: SelectClaim, or RelaySQL's with marks), after
 	// a duplicate of the claim, and ends the transaction. Where the transaction is aborted
 	// (PostgreSQL's after an error) the read runs after the ROLLBACK, outside it; a session
 	// that sends a statement at a time reads in the transaction, which the claim that skipped
 	// the duplicate (or InnoDB's and [SQLite]'s, after the duplicate-key error) left usable, so
 	// that the read stays on one connection behind a transaction pooler.
-	rollbackAndSelect(ctx context.Context, query string, args []any) (*inbox.Record, error)
+	rollbackAndSelect(ctx context.Context, read claimRead) (*inbox.Record, error)
 	// abort ends the transaction a failed statement left open, if any, and returns the error
 	// the flow reports for cause, which the session may explain further.
 	abort(ctx context.Context, cause error) error

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/internal/record"
 )
 
 // statements is what a store sends, rendered once at construction: nothing is formatted per
@@ -26,6 +27,8 @@ type statements struct {
 	deleteExpired, countExpired string
 	lockTake, lockRelease       string
 	lockKey                     any
+
+	relay *RelaySQL // the dialect's marks, nil if it has none; used on a table with the column
 
 	// The dialect's commitGuard, if it has one: "" each where it has none.
 	txMark, txCheck string
@@ -55,6 +58,12 @@ func newStatements(dialect Dialect, config Config) (statements, error) {
 		countExpired:  dialect.CountExpired(table),
 	}
 	s.describe, s.describeArgs = dialect.DescribeTable(table)
+	if s.relay = dialect.Relay(table); s.relay != nil {
+		r := s.relay
+		if r.Record == "" || r.SelectClaim == "" || r.DeleteExpired == "" || r.CountExpired == "" || r.Mark == nil || r.Take == "" || r.Backlog == "" {
+			return statements{}, fmt.Errorf("sqlinbox: dialect %q: its Relay leaves a statement empty: give them all, or return nil", dialect.Name())
+		}
+	}
 	if guard, ok := dialect.(commitGuard); ok {
 		s.txMark, s.txCheck, s.txCheckRow = guard.commitCheck(table)
 	}
@@ -124,9 +133,31 @@ func (s statements) txCheckStatement(claim inbox.Claim, found *bool) []statement
 	return []statement{{sql: s.txCheck, kind: kindTxCheck}}
 }
 
-// recordStatement stores produced with the claim.
-func (s statements) recordStatement(claim inbox.Claim, produced []byte) statement {
-	return statement{sql: s.updateProduce, args: s.params(produced, claim.Consumer, claim.Key), kind: kindRecord}
+// recordStatement stores produced with the claim; with marks (a table with the column
+// unpublished), a record that holds messages is marked unpublished in the same statement.
+func (s statements) recordStatement(claim inbox.Claim, produced []byte, marks bool) statement {
+	text := s.updateProduce
+	if marks && record.Pending(produced) {
+		text = s.relay.Record
+	}
+	return statement{sql: text, args: s.params(produced, claim.Consumer, claim.Key), kind: kindRecord}
+}
+
+// selectClaimSQL is the read of a duplicate's committed claim; with marks it also reads
+// whether the record has been published (see scanClaim).
+func (s statements) selectClaimSQL(marks bool) string {
+	if marks {
+		return s.relay.SelectClaim
+	}
+	return s.selectClaim
+}
+
+// expiredSQL are retention's statements; with marks they leave unpublished records out.
+func (s statements) expiredSQL(marks bool) (deleteExpired, countExpired string) {
+	if marks {
+		return s.relay.DeleteExpired, s.relay.CountExpired
+	}
+	return s.deleteExpired, s.countExpired
 }
 
 // selectClaimArgs are the parameters of SelectClaim.
@@ -136,10 +167,24 @@ func (s statements) selectClaimArgs(claim inbox.Claim) []any {
 
 // scanClaim reads the committed claim's record. No row means it was deleted between the
 // claim and the read (retention): an error, so the message is redelivered and claimed anew.
-func scanClaim(row interface{ Scan(...any) error }) (*inbox.Record, error) {
+// With marks the read has a third column, not NULL once the record is published.
+func scanClaim(row interface{ Scan(...any) error }, marks bool) (*inbox.Record, error) {
 	var prior inbox.Record
-	if err := row.Scan(&prior.Fingerprint, &prior.Produced); err != nil {
+	var published []byte
+	dest := []any{&prior.Fingerprint, &prior.Produced}
+	if marks {
+		dest = append(dest, &published)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("sqlinbox: read the committed claim: %w", err)
 	}
+	prior.Published = published != nil
 	return &prior, nil
+}
+
+// claimRead is the read of a duplicate's committed claim, as a session sends it.
+type claimRead struct {
+	sql   string
+	args  []any
+	marks bool // the read has the third column of selectClaimSQL(true)
 }

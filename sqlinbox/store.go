@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	inbox "github.com/inboxkit/watermill-inbox"
 )
@@ -35,6 +38,9 @@ type Store struct {
 	sql     statements
 	table   *tableGuard
 	refusal *verdict // NewMultiStatement's check of the server; nil for the other stores
+	logger  watermill.LoggerAdapter
+
+	markQueue markQueue
 }
 
 var (
@@ -47,7 +53,14 @@ func newStore(p pool, dialect Dialect, config Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: p, sql: sql, table: newTableGuard(config.Logger, sql.table)}, nil
+	logger := config.Logger
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	s := &Store{pool: p, sql: sql, table: newTableGuard(config.Logger, sql.table), logger: logger}
+	s.markQueue.full = make(chan struct{}, 1)
+	s.markQueue.idle = sync.NewCond(&s.markQueue.mu)
+	return s, nil
 }
 
 // Table returns the inbox table, as the store's statements name it, with the name of its
@@ -82,3 +95,16 @@ func (s *Store) InitializeSchema(ctx context.Context) error {
 	}
 	return checkErr
 }
+
+// marks reports whether the store keeps the unpublished marks: its dialect has them and its
+// last passing table check found the column (see [RelaySQL]).
+func (s *Store) marks() bool { return s.table.unpublished.Load() }
+
+// claimRead is the read of claim's committed row after a duplicate.
+func (s *Store) claimRead(claim inbox.Claim) claimRead {
+	marks := s.marks()
+	return claimRead{sql: s.sql.selectClaimSQL(marks), args: s.sql.selectClaimArgs(claim), marks: marks}
+}
+
+// selectClaimSQL is the text claimRead sends now, which the pgx stores prepare.
+func (s *Store) selectClaimSQL() string { return s.sql.selectClaimSQL(s.marks()) }

@@ -41,6 +41,10 @@ var (
 	inboxColumns = []string{"consumer", "message_id", "processed_at", "payload_hash", "produced"}
 )
 
+// unpublishedColumn is the column of the marks (see [RelaySQL]), which a table made before
+// it lacks: the store then keeps no marks and runs no relay.
+const unpublishedColumn = "unpublished"
+
 // judgeTable returns nil if columns, as the dialect's DescribeTable described table, describe a
 // table that guards against duplicates, else an error wrapping [ErrTableMismatch] with every
 // reason.
@@ -104,6 +108,10 @@ func judgeTable(dialect Dialect, table Table, columns []column) error {
 		case name == "processed_at" && !c.hasDefault:
 			problems = append(problems, fmt.Sprintf("column processed_at has no default, so claims would not record their time; want %s with the default of \"watermill-inbox schema\"", timeType))
 		}
+	}
+	if c, ok := byName[unpublishedColumn]; ok && (c.nullable || !c.hasDefault) {
+		problems = append(problems, "column unpublished is nullable or has no default, so a claim would not say whether its "+
+			"record has left; want it NOT NULL with the default false, as \"watermill-inbox schema\" makes it")
 	}
 	for _, c := range columns {
 		if !slices.Contains(inboxColumns, c.name) && !c.nullable && !c.hasDefault {
@@ -189,11 +197,11 @@ func (s *Store) CheckTable(ctx context.Context) error {
 	return nil
 }
 
-// describe reads the table's shape in a transaction of its own, judges it and returns the
-// primary key's name. The transaction keeps the catalog query on one server connection
+// describe reads the table's shape in a transaction of its own, judges it and returns what the
+// statements need of it. The transaction keeps the catalog query on one server connection
 // behind a pooler in transaction mode, where a statement sent in steps (pgx's describe-exec
 // mode) could otherwise have its steps run on two.
-func (s *Store) describe(ctx context.Context) (primaryKey string, err error) {
+func (s *Store) describe(ctx context.Context) (shape tableShape, err error) {
 	var columns []column
 	var charsetErr error
 	err = s.pool.inTx(ctx, false, func(q querier) error {
@@ -219,13 +227,15 @@ func (s *Store) describe(ctx context.Context) (primaryKey string, err error) {
 		return rows.Err()
 	})
 	if charsetErr != nil {
-		return "", charsetErr
+		return tableShape{}, charsetErr
 	}
 	if err != nil {
-		return "", fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
+		return tableShape{}, fmt.Errorf("sqlinbox: read the inbox table's shape: %w", err)
 	}
 	if err := judgeTable(s.sql.dialect, s.sql.table, columns); err != nil {
-		return "", err
+		return tableShape{}, err
 	}
-	return columns[0].primaryKey, nil
+	shape.primaryKey = columns[0].primaryKey
+	shape.unpublished = s.sql.relay != nil && slices.ContainsFunc(columns, func(c column) bool { return c.name == unpublishedColumn })
+	return shape, nil
 }

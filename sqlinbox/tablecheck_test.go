@@ -103,11 +103,11 @@ func TestTableGuard(t *testing.T) {
 	var mu sync.Mutex
 	checks := 0
 	verdict := error(mismatchError("sqlinbox: table \"inbox\" cannot guard against duplicates: no"))
-	check := func(context.Context) (string, error) {
+	check := func(context.Context) (tableShape, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		checks++
-		return "pk_inbox", verdict
+		return tableShape{primaryKey: "pk_inbox"}, verdict
 	}
 	setVerdict := func(err error) { mu.Lock(); verdict = err; mu.Unlock() }
 	ctx := context.Background()

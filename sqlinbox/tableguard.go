@@ -17,11 +17,20 @@ import (
 const tableRecheckInterval = 5 * time.Second
 
 // tableGuard is a store's table check, run before its first claim (see [Store.CheckTable]).
-// A check that passes also keeps the name of the table's primary key, which IsDuplicateKey
-// compares with the constraint a failed claim names.
+// A check that passes also keeps what the store's statements need of the table's shape: the
+// name of its primary key, which IsDuplicateKey compares with the constraint a failed claim
+// names, and whether it has the column unpublished, which turns on the marks (see
+// [RelaySQL]).
 type tableGuard struct {
 	*verdict
-	primaryKey atomic.Pointer[string]
+	primaryKey  atomic.Pointer[string]
+	unpublished atomic.Bool
+}
+
+// tableShape is what a passing check read of the table.
+type tableShape struct {
+	primaryKey  string
+	unpublished bool // the table has the column unpublished, and the dialect its SQL
 }
 
 func newTableGuard(logger watermill.LoggerAdapter, table Table) *tableGuard {
@@ -29,12 +38,13 @@ func newTableGuard(logger watermill.LoggerAdapter, table Table) *tableGuard {
 		"Inbox table refused: every message fails until it is fixed", watermill.LogFields{"table": table.Quoted})}
 }
 
-// passing returns describe as a check that keeps the primary key's name when it passes.
-func (g *tableGuard) passing(describe func(context.Context) (primaryKey string, err error)) func(context.Context) error {
+// passing returns describe as a check that keeps the table's shape when it passes.
+func (g *tableGuard) passing(describe func(context.Context) (tableShape, error)) func(context.Context) error {
 	return func(ctx context.Context) error {
-		primaryKey, err := describe(ctx)
+		shape, err := describe(ctx)
 		if err == nil {
-			g.primaryKey.Store(&primaryKey)
+			g.primaryKey.Store(&shape.primaryKey)
+			g.unpublished.Store(shape.unpublished)
 		}
 		return err
 	}

@@ -71,8 +71,13 @@ func parseQualified(table string, quote func(identifier string) string) (Table, 
 // adds a hash of the whole name: cut to the limit, it could be the table's own name (a name
 // of 63 bytes), and PostgreSQL's CREATE INDEX IF NOT EXISTS would then find the table and
 // create nothing; or two long names' indexes could be one.
-func indexName(name string) string {
-	const suffix = "_processed_at"
+func indexName(name string) string { return indexNamed(name, "_processed_at") }
+
+// unpublishedIndexName is the name of the index of a table called name that finds its
+// unpublished records, made as indexName makes the processed_at index's.
+func unpublishedIndexName(name string) string { return indexNamed(name, "_unpublished") }
+
+func indexNamed(name, suffix string) string {
 	if len(name)+len(suffix) <= maxIdentifierLength {
 		return name + suffix
 	}

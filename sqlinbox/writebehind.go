@@ -32,14 +32,14 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	claimAt := len(statements) - 1
 	statements = append(statements, handlers...)
 	if produced != nil {
-		statements = append(statements, s.sql.recordStatement(claim, produced))
+		statements = append(statements, s.sql.recordStatement(claim, produced, s.marks()))
 	}
 	failed, err := sess.run(ctx, statements)
 	switch {
 	case err == nil:
 		return nil, nil
 	case s.isDuplicate(err, failed, claimAt):
-		prior, readErr := sess.rollbackAndSelect(ctx, s.sql.selectClaim, s.sql.selectClaimArgs(claim))
+		prior, readErr := sess.rollbackAndSelect(ctx, s.claimRead(claim))
 		switch {
 		case readErr != nil && errors.Is(err, errClaimSkipped):
 			return nil, &storeError{readErr}

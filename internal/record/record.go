@@ -6,9 +6,11 @@
 package record
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -141,3 +143,16 @@ func decodeMessage(w wireMessage) Message {
 	}
 	return Message{Topic: string(w.Topic), Msg: msg}
 }
+
+// Pending reports whether encoded, as Encode wrote it, holds messages for publishing: what a
+// store marks unpublished in the claim's commit. It reads the first bytes alone, which
+// Encode writes in a fixed order ("v", then "messages" or "published" when there are any),
+// so that a store tells it on the hot path without decoding the record.
+func Pending(encoded []byte) bool {
+	return bytes.HasPrefix(encoded, returnedPrefix) || bytes.HasPrefix(encoded, publishedPrefix)
+}
+
+var (
+	returnedPrefix  = []byte(`{"v":` + strconv.Itoa(version) + `,"messages":`)
+	publishedPrefix = []byte(`{"v":` + strconv.Itoa(version) + `,"published":`)
+)

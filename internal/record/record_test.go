@@ -61,3 +61,30 @@ func TestAnotherVersionIsRefused(t *testing.T) {
 		t.Fatalf("Decode of version 3 = %v, want an error naming the version", err)
 	}
 }
+
+// Pending tells a record with messages from one without, by the encoded bytes alone, for
+// every combination Encode writes.
+func TestPendingReadsTheEncodedRecord(t *testing.T) {
+	msg := func() Message { return Message{Topic: "t", Msg: message.NewMessage("u", []byte("p"))} }
+	response := json.RawMessage(`{"status":201}`)
+	for _, c := range []struct {
+		name string
+		in   Record
+		want bool
+	}{
+		{"nothing", Record{}, false},
+		{"a response alone", Record{Response: response}, false},
+		{"returned", Record{Returned: []Message{msg()}}, true},
+		{"published", Record{Published: []Message{msg()}}, true},
+		{"published and a response", Record{Published: []Message{msg()}, Response: response}, true},
+		{"both lists", Record{Returned: []Message{msg()}, Published: []Message{msg()}}, true},
+	} {
+		encoded, err := Encode(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Pending(encoded); got != c.want {
+			t.Errorf("%s: Pending(%s) = %v, want %v", c.name, encoded, got, c.want)
+		}
+	}
+}

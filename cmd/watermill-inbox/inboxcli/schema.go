@@ -41,7 +41,8 @@ func (x *cli) schemaCommand(args []string, stdout, stderr io.Writer) error {
 			return usageError{fmt.Errorf("schema: %w", err)}
 		}
 		if name, _, _ := dialect.UpgradeTable(parsed); name == "" {
-			fmt.Fprintf(stdout, "the %s inbox table has not changed since its first migration: no upgrade to write\n", dialect.Name())
+			fmt.Fprintf(stdout, "the %s dialect has no upgrade of the inbox table: no upgrade to write "+
+				"(a table without the column unpublished works, without a relay)\n", dialect.Name())
 			return nil
 		}
 		files = sqlinbox.UpgradeFiles

@@ -77,6 +77,11 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 		return err
 	}
 
+	unpublished, err := unpublishedLine(ctx, store)
+	if err != nil {
+		return err
+	}
+
 	sharedTotal, shared, err := readSharedKeys(ctx, db, quoted, len(consumers))
 	if err != nil {
 		return err
@@ -99,6 +104,7 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 	fmt.Fprintf(w, "retention index\t%s\n", index)
 	fmt.Fprintf(w, "size\t%s (%d bytes%s)\n", humanBytes(size), size, sizeNote)
 	fmt.Fprintf(w, "claims\t%d\n", total)
+	fmt.Fprintf(w, "unpublished\t%s\n", unpublished)
 	fmt.Fprintf(w, "consumers\t%d\n", len(consumers))
 	writeSharedKeys(w, sharedTotal, shared, claims)
 	if total > 0 {
@@ -112,6 +118,23 @@ func (x *cli) statsCommand(ctx context.Context, args []string, stdout, stderr io
 		writeSharedTable(w, shared, claims)
 	}
 	return w.Flush()
+}
+
+// unpublishedLine says what the relay has to publish: the records whose messages have not
+// been marked published and the age of the oldest, or why the table keeps no marks.
+func unpublishedLine(ctx context.Context, store *sqlinbox.Store) (string, error) {
+	backlog, err := store.Backlog(ctx)
+	switch {
+	case errors.Is(err, sqlinbox.ErrRelayUnavailable):
+		return "no marks: " + printable(strings.TrimPrefix(err.Error(), "sqlinbox: ")), nil
+	case errors.Is(err, sqlinbox.ErrTableMismatch):
+		return "-", nil
+	case err != nil:
+		return "", err
+	case backlog.Records == 0:
+		return "0", nil
+	}
+	return fmt.Sprintf("%d, the oldest committed %s ago", backlog.Records, backlog.OldestAge.Round(time.Millisecond)), nil
 }
 
 // formatTime writes processed_at in one form, in UTC with microseconds: time.Time

@@ -1,0 +1,146 @@
+package sqlinbox
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	inbox "github.com/inboxkit/watermill-inbox"
+)
+
+// The marks are written behind the deliveries, on the pool: a delivery never waits for its
+// mark, and one UPDATE carries the marks of markBatch deliveries at most, sent markDelay after
+// the first of them (or at once when markBatch are waiting). At a thousand messages a second
+// that is one statement per 20 of them. A mark that is lost (the process ends before it is
+// written, or its statement fails) only lets the relay or a duplicate publish that record's
+// messages once more, under the same UUIDs.
+const (
+	markDelay   = 20 * time.Millisecond
+	markBatch   = 500
+	markTimeout = 10 * time.Second
+)
+
+// markQueue is a store's marks that wait to be written.
+type markQueue struct {
+	mu       sync.Mutex
+	pending  []inbox.Claim
+	writing  bool          // a writer goroutine runs; it stops when nothing waits
+	full     chan struct{} // wakes the writer early when markBatch wait
+	idle     *sync.Cond    // signalled when the writer stops
+	lastErr  error
+	flushing int // callers of FlushMarks waiting: the writer does not wait for more
+}
+
+var _ inbox.PublishedMarker = (*Store)(nil)
+
+// MarkPublished implements [inbox.PublishedMarker]: the middleware calls it once the messages
+// recorded with claim have been published. The store writes the mark later, with others in
+// one statement, on its pool; it returns at once. On a table without the column unpublished
+// (made before it; see [RelaySQL]) it does nothing.
+func (s *Store) MarkPublished(claim inbox.Claim) {
+	if !s.marks() {
+		return
+	}
+	q := &s.markQueue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = append(q.pending, claim)
+	switch {
+	case !q.writing:
+		q.writing = true
+		go s.writeMarks()
+	case len(q.pending) >= markBatch:
+		select {
+		case q.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// FlushMarks writes the marks that wait now and returns once they are written (or failed: it
+// returns the last error). Call it when a service stops, after its router: a mark not written
+// lets the relay publish that record's messages once more.
+func (s *Store) FlushMarks(ctx context.Context) error {
+	q := &s.markQueue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.writing {
+		return nil
+	}
+	q.flushing++
+	defer func() { q.flushing-- }()
+	select {
+	case q.full <- struct{}{}:
+	default:
+	}
+	stop := context.AfterFunc(ctx, func() { q.mu.Lock(); q.idle.Broadcast(); q.mu.Unlock() })
+	defer stop()
+	for q.writing && ctx.Err() == nil {
+		q.idle.Wait()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return q.lastErr
+}
+
+// writeMarks writes the queue's marks until none wait.
+func (s *Store) writeMarks() {
+	q := &s.markQueue
+	timer := time.NewTimer(markDelay)
+	defer timer.Stop()
+	for {
+		q.mu.Lock()
+		wait := q.flushing == 0 && len(q.pending) < markBatch
+		q.mu.Unlock()
+		if wait {
+			select {
+			case <-timer.C:
+			case <-q.full:
+			}
+		}
+		q.mu.Lock()
+		n := min(len(q.pending), markBatch)
+		claims := slices.Clone(q.pending[:n])
+		q.pending = slices.Delete(q.pending, 0, n)
+		q.mu.Unlock()
+
+		err := s.writeMarkBatch(claims)
+
+		q.mu.Lock()
+		q.lastErr = err
+		if len(q.pending) == 0 {
+			q.writing = false
+			q.idle.Broadcast()
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		timer.Reset(markDelay)
+	}
+}
+
+// writeMarkBatch clears unpublished on claims, in one statement, in the order of their keys,
+// so that two stores marking the same records lock them in one order.
+func (s *Store) writeMarkBatch(claims []inbox.Claim) error {
+	slices.SortFunc(claims, func(a, b inbox.Claim) int {
+		return cmp.Or(cmp.Compare(a.Consumer, b.Consumer), cmp.Compare(a.Key, b.Key))
+	})
+	claims = slices.CompactFunc(claims, func(a, b inbox.Claim) bool { return a.Consumer == b.Consumer && a.Key == b.Key })
+	args := make([]any, 0, 2*len(claims))
+	for _, c := range claims {
+		args = append(args, c.Consumer, c.Key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	if _, err := s.pool.exec(ctx, s.sql.relay.Mark(len(claims)), s.sql.params(args...)...); err != nil {
+		s.logger.Error("Inbox: writing the published marks failed; the relay publishes those records once more", err,
+			watermill.LogFields{"table": s.sql.table.Quoted, "marks": len(claims)})
+		return err
+	}
+	return nil
+}
