@@ -88,11 +88,13 @@ func (d *delivery) claimFirst(h message.HandlerFunc) ([]*message.Message, error)
 	// A commit that fails may still have been made durable by the server before the
 	// connection broke. Either way we nack: the redelivery finds the claim committed and is
 	// acked as a duplicate, or finds it absent and runs the handler again.
+	l := d.startLeaving(returned, len(pubs))
 	if err := d.commit(func(ctx context.Context) error { return tx.Commit(ctx, encoded) }); err != nil {
+		d.stopLeaving(l)
 		return nil, err
 	}
 	d.committed()
-	return d.processed(returned, pubs)
+	return d.processed(l, returned, pubs)
 }
 
 // writeBehind runs the handler first, then claims, writes and commits in one step; a key
@@ -110,10 +112,14 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 	}
 	d.begun = time.Now()
 	var prior *Record
+	l := d.startLeaving(returned, len(pubs))
 	err = d.commit(func(ctx context.Context) (err error) {
 		prior, err = claimAndCommit(ctx, d.m.store, d.claim, queued, encoded)
 		return err
 	})
+	if err != nil || prior != nil {
+		d.stopLeaving(l)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +127,7 @@ func (d *delivery) writeBehind(h message.HandlerFunc) ([]*message.Message, error
 		return d.duplicate(prior)
 	}
 	d.committed()
-	return d.processed(returned, pubs)
+	return d.processed(l, returned, pubs)
 }
 
 // encode makes the record of what the handler produced, or the error that nacks it.
@@ -190,9 +196,10 @@ func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 	if ex := entry.From(d.original); ex != nil {
 		ex.SetCommitted(true, rec.Response)
 	}
-	if prior.Published {
-		// Everything it recorded has left (see PublishedMarker): publishing it again would
-		// only send copies downstream.
+	if prior.Published || d.m.leaving.published(d.ctx, d.claim) {
+		// Everything it recorded has left (see PublishedMarker), or its first delivery in
+		// this process has just published it: publishing it again would only send copies
+		// downstream.
 		rec.Returned, rec.Published = nil, nil
 	}
 	returned := make([]*message.Message, 0, len(rec.Returned))
@@ -200,10 +207,9 @@ func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 		returned = append(returned, m.Msg)
 	}
 	pubs := rec.Published
-	if err := d.publish(pubs); err != nil {
+	if err := d.leave(nil, returned, len(pubs), func() error { return d.publish(pubs) }); err != nil {
 		return nil, err
 	}
-	d.markPublished(returned, len(returned)+len(pubs) > 0)
 	d.m.metrics.duplicates.Add(d.ctx, 1, d.attrs.add...)
 	if _, silent := d.m.logger.(watermill.NopLogger); silent {
 		return returned, nil // skip building the log fields of every duplicate
@@ -219,14 +225,13 @@ func (d *delivery) duplicate(prior *Record) ([]*message.Message, error) {
 
 // processed publishes what the handler published, now that it is committed, and returns
 // what it returned for the router to publish.
-func (d *delivery) processed(returned []*message.Message, pubs []record.Message) ([]*message.Message, error) {
+func (d *delivery) processed(l *leaving, returned []*message.Message, pubs []record.Message) ([]*message.Message, error) {
 	d.m.metrics.txDuration.Record(d.ctx, seconds(d.begun), d.attrs.record...)
 	d.m.metrics.processed.Add(d.ctx, 1, d.attrs.add...)
 	d.outcome = "processed"
-	if err := d.publish(pubs); err != nil {
+	if err := d.leave(l, returned, len(pubs), func() error { return d.publish(pubs) }); err != nil {
 		return nil, err
 	}
-	d.markPublished(returned, len(returned)+len(pubs) > 0)
 	return returned, nil
 }
 

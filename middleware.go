@@ -244,6 +244,7 @@ type middleware struct {
 	publisher atomic.Pointer[Publisher] // the one this inbox publishes recorded messages through
 	handlers  sync.Map                  // the router handlers whose consumer was logged
 	transient func(error) bool          // the store's IsTransient; nil: it has none
+	leaving   leavingSet                // committed records being published (published.go)
 }
 
 func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {

@@ -58,7 +58,7 @@ type options struct {
 var runners = []struct {
 	name string
 	run  func(context.Context, *env, *report) error
-}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}, {"pooler", runPooler}, {"pipeline", runPipeline}, {"http", runHTTP}}
+}{{"cost", runCost}, {"router", runRouter}, {"cleanup", runCleanup}, {"produced", runProduced}, {"pooler", runPooler}, {"pipeline", runPipeline}, {"marks", runMarks}, {"http", runHTTP}}
 
 func main() {
 	log.SetFlags(log.Ltime)
@@ -93,7 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	workers := fs.String("workers", "8,32", "concurrent workers, comma-separated")
 	delays := fs.String("delays", "0,250us,1ms", "cost scenario: delay added to each direction between the benchmark and PostgreSQL, comma-separated; 0 is a straight connection")
 	poolerDelays := fs.String("pooler-delays", "250us", "pooler scenario: delay added to each direction between the benchmark and PgBouncer, comma-separated")
-	pipelineDelays := fs.String("pipeline-delays", "250us,1ms", "pipeline scenario: delay added to each direction between the benchmark and PostgreSQL, comma-separated")
+	pipelineDelays := fs.String("pipeline-delays", "250us,1ms", "pipeline and marks scenarios: delay added to each direction between the benchmark and PostgreSQL, comma-separated")
 	names := make([]string, len(runners))
 	for i, r := range runners {
 		names[i] = r.name

@@ -138,7 +138,12 @@ var scenarios = []struct{ name, title, description string }{
 			"*write-behind, 32 in flight* (32 connections) against *pipelined, 32 in flight* (8), and the two *8 in flight*, compare at equal messages in flight; the 1-in-flight pair is the latency of a lone delivery. " +
 			"Ratios are to *write-behind, 8 in flight* in the same round; latency is each message's time through the middleware, its 50th and 99th percentile per round " +
 			"(median over the rounds [min–max])."},
-	{"http", "7. HTTP requests with an Idempotency-Key (inboxhttp)",
+	{"marks", "7. Unpublished marks: a handler that publishes, with and without them",
+		"Write-behind mode on `sqlinbox.NewPgx`; the handler queues the invoice INSERT with `inbox.ExecAtCommit` and publishes one event (100 bytes) through an `inbox.Publisher` " +
+			"to a broker that takes it at once. *marks*: the table has the column `unpublished`: the claim's INSERT carries the record and sets the mark, and the store clears the marks of up to 500 " +
+			"deliveries in one UPDATE on the pool (through the same delay proxy). *no marks*: the same handler on a table made without the column. *business alone*: the INSERT in a " +
+			"transaction of its own, no inbox, sent statement by statement. Ratios are to *no marks* in the same round."},
+	{"http", "8. HTTP requests with an Idempotency-Key (inboxhttp)",
 		"N HTTP clients on loopback POST to an endpoint that creates one invoice, each request with a new `Idempotency-Key`; PostgreSQL is reached through the delay proxy. " +
 			"*endpoint alone, no inbox*: the handler runs BEGIN; INSERT; COMMIT itself. *inboxhttp, TxFromContext*: behind `inboxhttp.NewMiddleware`, the handler INSERTs " +
 			"through `inbox.TxFromContext`; the response is recorded with the claim and sent after COMMIT. *inboxhttp, WriteBehind*: the handler defers the INSERT " +

@@ -106,3 +106,23 @@ func TestPoolerChaosExactlyOneInvoicePerOrder(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { runChaos(t, c.open(t), orders) })
 	}
 }
+
+// The marks and the relay through PgBouncer in transaction mode, on both PostgreSQL stores in
+// every mode that works there, claim-first and write-behind: the marks' batched UPDATE and
+// each relay pass are transactions of their own, so no statement meets another server
+// connection than its transaction's (testRelayAndMarks: a record published and marked, its
+// duplicate publishing nothing, a dropped message's record published by the relay).
+func TestPoolerRelayAndMarks(t *testing.T) {
+	t.Parallel()
+	stores := poolerBackends(testenv.PgBouncerURL(t, poolerServerConns))
+	for _, name := range slices.Sorted(maps.Keys(stores)) {
+		t.Run(name, func(t *testing.T) {
+			b := stores[name](t)
+			for _, writeBehind := range []bool{false, true} {
+				t.Run(map[bool]string{false: "claim-first", true: "write-behind"}[writeBehind], func(t *testing.T) {
+					testRelayAndMarks(t, b, writeBehind)
+				})
+			}
+		})
+	}
+}

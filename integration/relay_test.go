@@ -511,3 +511,67 @@ func TestReturnedMessagesAreMarkedWhenTheRouterAcks(t *testing.T) {
 		}
 	})
 }
+
+// The runner, as a service runs it: a record whose publish failed is published by Run once
+// it is older than Delay, and not before; the time it took is reported.
+func TestRelayRunnerPublishesAfterItsDelay(t *testing.T) {
+	b := backends["pgx/postgres"](t)
+	events, log := subscribeEvents(t, "events")
+	broker := &failingPublisher{Publisher: events}
+	broker.failuresLeft.Store(1)
+	publisher, err := inbox.NewPublisher(broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing", Publisher: publisher}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	if _, err := mw(func(msg *message.Message) ([]*message.Message, error) {
+		event := message.NewMessage("event-of-"+msg.UUID, nil)
+		event.SetContext(msg.Context())
+		return nil, publisher.Publish("events", event)
+	})(message.NewMessage("order-1", nil)); err == nil {
+		t.Fatal("the delivery whose publish failed returned no error")
+	}
+	const delay, interval = 300 * time.Millisecond, 100 * time.Millisecond
+	arrived := make(chan time.Time, 1)
+	relayed := &notifyingPublisher{Publisher: events, published: arrived}
+	relay, err := sqlinbox.NewRelayRunner(sqlStore(t, b), sqlinbox.RelayConfig{Publisher: relayed, Delay: delay, Interval: interval}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case at := <-arrived:
+		took := at.Sub(committed)
+		t.Logf("published by the relay %s after the commit (Delay %s, Interval %s)", took.Round(time.Millisecond), delay, interval)
+		if took < delay {
+			t.Errorf("published %s after the commit, before its Delay of %s", took, delay)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the relay never published the record")
+	}
+	if copies, _ := log.counts(); copies != 1 {
+		t.Errorf("%d copies, want 1", copies)
+	}
+}
+
+// notifyingPublisher sends the time of each publish to published.
+type notifyingPublisher struct {
+	message.Publisher
+	published chan<- time.Time
+}
+
+func (p *notifyingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	err := p.Publisher.Publish(topic, msgs...)
+	select {
+	case p.published <- time.Now():
+	default:
+	}
+	return err
+}

@@ -51,7 +51,7 @@ func (s *Store) Claim(ctx context.Context, claim inbox.Claim) (inbox.Tx, *inbox.
 	if err != nil {
 		return nil, nil, &storeError{err}
 	}
-	return nil, prior, nil
+	return nil, s.priorRead(claim, prior), nil
 }
 
 // before returns nil once the store may claim: its table passed its check and, for a store

@@ -198,14 +198,21 @@ type RelaySQL struct {
 	// Record is [Dialect.UpdateProduced] that also sets unpublished, for a record that holds
 	// messages; the same parameters.
 	Record string
+	// InsertUnpublished, if set, is [Dialect.InsertClaim] that also stores the record and sets
+	// unpublished (parameters: consumer, key, fingerprint, produced), and InsertUnpublishedOrSkip
+	// ("" if none) the same as [Dialect.InsertClaimOrSkip]: write-behind mode claims with them
+	// when the record holds messages, so that the row is written once, not inserted and then
+	// updated in the same transaction. Leave them "" where a failure of the record (a request
+	// over the server's limit) must be told from the claim's: the store then sends Record.
+	InsertUnpublished, InsertUnpublishedOrSkip string
 	// SelectClaim is [Dialect.SelectClaim] with a third column of bytes: NULL while the
 	// record is unpublished, not NULL once it is published.
 	SelectClaim string
 	// DeleteExpired and CountExpired are the dialect's, with unpublished records left out.
 	DeleteExpired, CountExpired string
-	// Mark returns the statement that clears unpublished on n claims, whose parameters are n
-	// pairs of consumer and key, each as [Dialect.Param] gives it.
-	Mark func(n int) string
+	// Mark returns the statement that clears unpublished on the claims of consumers[i] and
+	// keys[i], and its parameters.
+	Mark func(consumers, keys []string) (query string, args []any)
 	// Lock, if set, runs first in a relay pass's transaction, so that what Take reads stays
 	// the pass's until it commits on a database without row locks ([SQLite]: it takes the write
 	// lock).
@@ -282,4 +289,14 @@ func placeholderPairs(n int, placeholder func(i int) string) string {
 		b.WriteString("(" + placeholder(2*i+1) + ", " + placeholder(2*i+2) + ")")
 	}
 	return b.String()
+}
+
+// pairs interleaves consumers and keys as the parameters of placeholderPairs, each through
+// param.
+func pairs(param func(any) any, consumers, keys []string) []any {
+	args := make([]any, 0, 2*len(keys))
+	for i := range keys {
+		args = append(args, param(consumers[i]), param(keys[i]))
+	}
+	return args
 }

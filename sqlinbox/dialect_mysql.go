@@ -70,9 +70,9 @@ func (MySQL) Relay(t Table) *RelaySQL {
 		SelectClaim:   "SELECT payload_hash, produced, IF(unpublished, NULL, X'01') FROM " + t.Quoted + " WHERE consumer = UNHEX(?) AND message_id = UNHEX(?)",
 		DeleteExpired: "DELETE FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND NOT unpublished ORDER BY processed_at LIMIT ?",
 		CountExpired:  "SELECT COUNT(*) FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND NOT unpublished",
-		Mark: func(n int) string {
+		Mark: func(consumers, keys []string) (string, []any) {
 			return "UPDATE " + t.Quoted + " SET unpublished = FALSE WHERE unpublished AND (consumer, message_id) IN (" +
-				placeholderPairs(n, func(int) string { return "UNHEX(?)" }) + ")"
+				placeholderPairs(len(keys), func(int) string { return "UNHEX(?)" }) + ")", pairs(MySQL{}.Param, consumers, keys)
 		},
 		Take:    "SELECT consumer, message_id, produced FROM " + t.Quoted + " WHERE unpublished AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ? FOR UPDATE SKIP LOCKED",
 		Backlog: "SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(processed_at), UTC_TIMESTAMP(6)), 0) FROM " + t.Quoted + " WHERE unpublished",

@@ -71,15 +71,21 @@ func postgresUnpublishedIndex(t Table) string {
 }
 
 // Relay: FOR UPDATE SKIP LOCKED lets two relays' passes take disjoint records; a mark is one
-// UPDATE of a list of keys.
+// UPDATE joined to the arrays of the keys.
 func (Postgres) Relay(t Table) *RelaySQL {
 	return &RelaySQL{
-		Record:        `UPDATE ` + t.Quoted + ` SET produced = $1, unpublished = true WHERE consumer = $2 AND message_id = $3`,
+		Record:            `UPDATE ` + t.Quoted + ` SET produced = $1, unpublished = true WHERE consumer = $2 AND message_id = $3`,
+		InsertUnpublished: `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash, produced, unpublished) VALUES ($1, $2, $3, $4, true)`,
+		InsertUnpublishedOrSkip: `INSERT INTO ` + t.Quoted + ` (consumer, message_id, payload_hash, produced, unpublished) VALUES ($1, $2, $3, $4, true)
+ON CONFLICT (consumer, message_id) DO NOTHING RETURNING true`,
 		SelectClaim:   `SELECT payload_hash, produced, CASE WHEN unpublished THEN NULL ELSE '\x01'::bytea END FROM ` + t.Quoted + ` WHERE consumer = $1 AND message_id = $2`,
 		DeleteExpired: render(`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE processed_at < now() - $1::bigint * interval '1 microsecond' AND NOT unpublished ORDER BY processed_at LIMIT $2))`, t),
 		CountExpired:  `SELECT count(*) FROM ` + t.Quoted + ` WHERE processed_at < now() - $1::bigint * interval '1 microsecond' AND NOT unpublished`,
-		Mark: func(n int) string {
-			return `UPDATE ` + t.Quoted + ` SET unpublished = false WHERE unpublished AND (consumer, message_id) IN (` + placeholderPairs(n, func(i int) string { return "$" + strconv.Itoa(i) }) + `)`
+		// One text whatever the number of claims, so that it is prepared once per connection:
+		// a list of n pairs would be a statement of its own, planned anew, for every n.
+		Mark: func(consumers, keys []string) (string, []any) {
+			return `UPDATE ` + t.Quoted + ` AS t SET unpublished = false FROM unnest($1::text[], $2::text[]) AS m(consumer, message_id) ` +
+				`WHERE t.consumer = m.consumer AND t.message_id = m.message_id AND t.unpublished`, []any{consumers, keys}
 		},
 		Take:    `SELECT consumer, message_id, produced FROM ` + t.Quoted + ` WHERE unpublished AND processed_at < now() - $1::bigint * interval '1 microsecond' ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
 		Backlog: `SELECT count(*), COALESCE((extract(epoch FROM now() - min(processed_at)) * 1000000)::bigint, 0) FROM ` + t.Quoted + ` WHERE unpublished`,

@@ -69,9 +69,9 @@ func (SQLite) Relay(t Table) *RelaySQL {
 		SelectClaim:   `SELECT payload_hash, produced, CASE WHEN unpublished THEN NULL ELSE X'01' END FROM ` + t.Quoted + ` WHERE consumer = ? AND message_id = ?`,
 		DeleteExpired: render(`DELETE FROM %[1]s WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM %[1]s WHERE processed_at < strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now', ?) AND NOT unpublished ORDER BY processed_at LIMIT ?)`, t),
 		CountExpired:  `SELECT COUNT(*) FROM ` + t.Quoted + ` WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) AND NOT unpublished`,
-		Mark: func(n int) string {
+		Mark: func(consumers, keys []string) (string, []any) {
 			return `UPDATE ` + t.Quoted + ` SET unpublished = 0 WHERE unpublished AND (consumer, message_id) IN (VALUES ` +
-				placeholderPairs(n, func(int) string { return "?" }) + `)`
+				placeholderPairs(len(keys), func(int) string { return "?" }) + `)`, pairs(func(v any) any { return v }, consumers, keys)
 		},
 		Lock:    `UPDATE ` + t.Quoted + ` SET unpublished = unpublished WHERE 0`,
 		Take:    `SELECT consumer, message_id, produced FROM ` + t.Quoted + ` WHERE unpublished AND processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) ORDER BY processed_at LIMIT ?`,

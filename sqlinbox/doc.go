@@ -45,9 +45,20 @@
 // inherits. The table's column names are fixed. Run the conformance suite (package inboxtest) on a store built with
 // it.
 //
+// # Every recorded message leaves
+//
+// On a table with the column unpublished (the one InitializeSchema and the migrations make; an
+// older table gets it from [UpgradeFiles]), a record that holds messages is marked
+// unpublished in its claim's commit and cleared once its messages have left
+// ([Store.MarkPublished], which the middleware calls). A [RelayRunner] publishes the records
+// still unpublished a while after their commit: those whose publish failed, whose process
+// died after COMMIT, or whose message never came back. A duplicate of a record that has left
+// publishes nothing again, and retention keeps what has not left. See docs/publishing.md.
+//
 // # Privileges
 //
 // Claims need INSERT, SELECT and UPDATE on the inbox table: PostgreSQL's ON CONFLICT with a
 // conflict target reads the key, a duplicate reads the prior claim, and recording a
-// handler's produced messages updates the claim. InitializeSchema needs CREATE.
+// handler's produced messages updates the claim (and so do the marks and the relay, which
+// also locks the rows it takes with SELECT ... FOR UPDATE). InitializeSchema needs CREATE.
 package sqlinbox

@@ -33,6 +33,31 @@ type markQueue struct {
 	idle     *sync.Cond    // signalled when the writer stops
 	lastErr  error
 	flushing int // callers of FlushMarks waiting: the writer does not wait for more
+	// unwritten counts the marks of each claim that are queued or being written: a duplicate
+	// of one reads its record as published, which its row does not say yet.
+	unwritten map[claimKey]int
+}
+
+type claimKey struct{ consumer, key string }
+
+// unwrittenMark reports whether a mark of claim waits to be written.
+func (q *markQueue) unwrittenMark(claim inbox.Claim) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.unwritten[claimKey{claim.Consumer, claim.Key}] > 0
+}
+
+// written forgets the marks of claims, written or failed: a failed one leaves the row
+// unpublished, which is what a duplicate then reads.
+func (q *markQueue) written(claims []inbox.Claim) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, c := range claims {
+		k := claimKey{c.Consumer, c.Key}
+		if q.unwritten[k]--; q.unwritten[k] <= 0 {
+			delete(q.unwritten, k)
+		}
+	}
 }
 
 var _ inbox.PublishedMarker = (*Store)(nil)
@@ -49,6 +74,10 @@ func (s *Store) MarkPublished(claim inbox.Claim) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.pending = append(q.pending, claim)
+	if q.unwritten == nil {
+		q.unwritten = map[claimKey]int{}
+	}
+	q.unwritten[claimKey{claim.Consumer, claim.Key}]++
 	switch {
 	case !q.writing:
 		q.writing = true
@@ -109,7 +138,8 @@ func (s *Store) writeMarks() {
 		q.pending = slices.Delete(q.pending, 0, n)
 		q.mu.Unlock()
 
-		err := s.writeMarkBatch(claims)
+		err := s.writeMarkBatch(slices.Clone(claims))
+		q.written(claims)
 
 		q.mu.Lock()
 		q.lastErr = err
@@ -131,13 +161,14 @@ func (s *Store) writeMarkBatch(claims []inbox.Claim) error {
 		return cmp.Or(cmp.Compare(a.Consumer, b.Consumer), cmp.Compare(a.Key, b.Key))
 	})
 	claims = slices.CompactFunc(claims, func(a, b inbox.Claim) bool { return a.Consumer == b.Consumer && a.Key == b.Key })
-	args := make([]any, 0, 2*len(claims))
-	for _, c := range claims {
-		args = append(args, c.Consumer, c.Key)
+	consumers, keys := make([]string, len(claims)), make([]string, len(claims))
+	for i, c := range claims {
+		consumers[i], keys[i] = c.Consumer, c.Key
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
 	defer cancel()
-	if _, err := s.pool.exec(ctx, s.sql.relay.Mark(len(claims)), s.sql.params(args...)...); err != nil {
+	query, args := s.sql.relay.Mark(consumers, keys)
+	if _, err := s.pool.exec(ctx, query, args...); err != nil {
 		s.logger.Error("Inbox: writing the published marks failed; the relay publishes those records once more", err,
 			watermill.LogFields{"table": s.sql.table.Quoted, "marks": len(claims)})
 		return err

@@ -184,20 +184,21 @@ func (s *Store) relayPass(ctx context.Context, config RelayConfig) (taken, publi
 			return err
 		}
 		taken = len(records)
-		var done []any
+		var consumers, keys []string
 		for _, r := range records {
 			if publishErr = publishRecord(config.Publisher, r); publishErr != nil {
 				break
 			}
-			done = append(done, r.consumer, r.key)
+			consumers, keys = append(consumers, r.consumer), append(keys, r.key)
 		}
-		if len(done) == 0 {
+		if len(keys) == 0 {
 			return nil
 		}
-		if _, err := q.exec(ctx, relay.Mark(len(done)/2), s.sql.params(done...)...); err != nil {
+		query, args := relay.Mark(consumers, keys)
+		if _, err := q.exec(ctx, query, args...); err != nil {
 			return fmt.Errorf("mark the published records: %w", err)
 		}
-		published = len(done) / 2
+		published = len(keys)
 		return nil
 	})
 	if err != nil {

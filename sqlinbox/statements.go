@@ -104,6 +104,21 @@ func (s statements) claimStatement(claim inbox.Claim, skip bool, inserted *bool)
 	return statement{sql: s.insert, args: args, kind: kindClaim}
 }
 
+// recordedClaimStatement is the write-behind claim that also stores produced, marked
+// unpublished, as claimStatement chooses between skipping and failing; ok is false where the
+// dialect has none, or produced holds no messages: the claim is then claimStatement's and the
+// record recordStatement's.
+func (s statements) recordedClaimStatement(claim inbox.Claim, produced []byte, marks, skip bool, inserted *bool) (st statement, ok bool) {
+	if !marks || s.relay.InsertUnpublished == "" || !record.Pending(produced) {
+		return statement{}, false
+	}
+	args := s.params(claim.Consumer, claim.Key, claim.Fingerprint, produced)
+	if skip && s.relay.InsertUnpublishedOrSkip != "" {
+		return statement{sql: s.relay.InsertUnpublishedOrSkip, args: args, found: inserted, kind: kindClaim}, true
+	}
+	return statement{sql: s.relay.InsertUnpublished, args: args, kind: kindClaim}, true
+}
+
 // lockTimeoutStatement is the lock timeout's statement, or none.
 func (s statements) lockTimeoutStatement() []statement {
 	if s.lockTimeout == "" {

@@ -108,3 +108,12 @@ func (s *Store) claimRead(claim inbox.Claim) claimRead {
 
 // selectClaimSQL is the text claimRead sends now, which the pgx stores prepare.
 func (s *Store) selectClaimSQL() string { return s.sql.selectClaimSQL(s.marks()) }
+
+// priorRead is the record of a duplicate of claim as read, published also when a mark of it
+// waits in this store to be written.
+func (s *Store) priorRead(claim inbox.Claim, prior *inbox.Record) *inbox.Record {
+	if prior != nil && !prior.Published && s.markQueue.unwrittenMark(claim) {
+		prior.Published = true
+	}
+	return prior
+}

@@ -28,11 +28,16 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 	}
 	defer sess.release()
 	var inserted bool
-	statements := append(s.sql.lockTimeoutStatement(), s.sql.claimStatement(claim, s.pool.claimSkips(true), &inserted))
+	marks, skip := s.marks(), s.pool.claimSkips(true)
+	claimSt, recorded := s.sql.recordedClaimStatement(claim, produced, marks, skip, &inserted)
+	if !recorded {
+		claimSt = s.sql.claimStatement(claim, skip, &inserted)
+	}
+	statements := append(s.sql.lockTimeoutStatement(), claimSt)
 	claimAt := len(statements) - 1
 	statements = append(statements, handlers...)
-	if produced != nil {
-		statements = append(statements, s.sql.recordStatement(claim, produced, s.marks()))
+	if produced != nil && !recorded {
+		statements = append(statements, s.sql.recordStatement(claim, produced, marks))
 	}
 	failed, err := sess.run(ctx, statements)
 	switch {
@@ -48,7 +53,7 @@ func (s *Store) ClaimAndCommit(ctx context.Context, claim inbox.Claim, queued []
 			// of another table's primary key, with no committed claim to make it a duplicate.
 			return nil, errors.Join(s.failure(statements, failed, err, "write-behind request"), readErr)
 		}
-		return prior, nil
+		return s.priorRead(claim, prior), nil
 	case failed == len(statements):
 		// The outcome of a failed COMMIT is for the next delivery to find out.
 		err = fmt.Errorf("sqlinbox: commit: %w", err)

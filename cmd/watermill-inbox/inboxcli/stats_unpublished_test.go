@@ -16,7 +16,9 @@ func TestStatsShowsTheUnpublishedBacklog(t *testing.T) {
 			t.Parallel()
 			db, _ := d.open(t)
 			table := testenv.Name("cli_unpublished")
-			t.Cleanup(func() { _, _ = db.ExecContext(context.WithoutCancel(context.Background()), "DROP TABLE IF EXISTS "+table) })
+			t.Cleanup(func() {
+				_, _ = db.ExecContext(context.WithoutCancel(context.Background()), "DROP TABLE IF EXISTS "+table)
+			})
 			if code, _, stderr := runCLI(t, "migrate", "-dsn", d.dsn, "-table", table); code != exitOK {
 				t.Fatalf("migrate: exit %d, %s", code, stderr)
 			}
