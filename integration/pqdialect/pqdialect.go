@@ -174,3 +174,7 @@ func (Dialect) MultiStatement() *sqlinbox.MultiStatementSQL { return nil }
 
 // RequestLimit: PostgreSQL has no request limit near a record the middleware accepts.
 func (Dialect) RequestLimit() string { return "" }
+
+// Relay: this dialect's table has no column unpublished, so its stores keep no marks and run
+// no relay; a duplicate publishes its record again.
+func (Dialect) Relay(sqlinbox.Table) *sqlinbox.RelaySQL { return nil }

@@ -14,4 +14,5 @@ type AppBillingInbox struct {
 	ProcessedAt pgtype.Timestamptz
 	PayloadHash []byte
 	Produced    []byte
+	Unpublished bool
 }
