@@ -46,16 +46,7 @@ func TestHTTPCommittedRequestIsAnsweredWhenPublishFails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		orders := &orderHandler{b: b}
-		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			event := message.NewMessage(watermill.NewUUID(), []byte("invoice "+r.Header.Get("X-Order")))
-			event.SetContext(r.Context())
-			if err := publisher.Publish("invoices", event); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			orders.ServeHTTP(w, r)
-		})
+		handler := publishingOrders(b, publisher, "invoices", func(*http.Request) string { return watermill.NewUUID() })
 		logger := watermill.NewCaptureLogger()
 		server := endpoint(t, b, inboxhttp.Config{WriteBehind: writeBehind, Publisher: publisher}, handler, logger)
 
@@ -85,5 +76,21 @@ func TestHTTPCommittedRequestIsAnsweredWhenPublishFails(t *testing.T) {
 			t.Errorf("events published: %q, want the recorded one, once, by the retry", got)
 		}
 		wantRows(t, "business rows after the retry", b.invoices(t, "billing", "order-1"), 1)
+	})
+}
+
+// publishingOrders is an endpoint's handler that publishes an invoice event, with the UUID
+// uuid gives the request, to topic through publisher, then writes the order's row as
+// orderHandler does.
+func publishingOrders(b *backend, publisher *inbox.Publisher, topic string, uuid func(*http.Request) string) http.Handler {
+	orders := &orderHandler{b: b}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		event := message.NewMessage(uuid(r), []byte("invoice "+r.Header.Get("X-Order")))
+		event.SetContext(r.Context())
+		if err := publisher.Publish(topic, event); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		orders.ServeHTTP(w, r)
 	})
 }

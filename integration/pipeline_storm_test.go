@@ -158,30 +158,14 @@ func TestPipelineKilledConsumerExactlyOnce(t *testing.T) {
 	var mu sync.Mutex
 	acked := map[string]int{} // how often the handler chain acked each copy
 	start := func() (*exec.Cmd, <-chan error) {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestPipelineConsumerProcess$", "-test.v")
-		cmd.Env = append(os.Environ(), pipelineConsumerVar+"="+strings.Join(
-			[]string{amqpURL, queue, testenv.PostgresURL(t), b.table, b.business}, " "))
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() {
-			lines := bufio.NewScanner(stdout)
-			for lines.Scan() {
-				if copy, ok := strings.CutPrefix(lines.Text(), "acked "); ok {
-					mu.Lock()
-					acked[copy]++
-					mu.Unlock()
-				}
+		return startHelper(t, "TestPipelineConsumerProcess", pipelineConsumerVar+"="+strings.Join(
+			[]string{amqpURL, queue, testenv.PostgresURL(t), b.table, b.business}, " "), func(line string) {
+			if copy, ok := strings.CutPrefix(line, "acked "); ok {
+				mu.Lock()
+				acked[copy]++
+				mu.Unlock()
 			}
-			exited <- cmd.Wait()
-		}()
-		return cmd, exited
+		})
 	}
 	claims := func() int { return claimsNoFail(b) }
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -199,27 +197,12 @@ func TestPoolerKilledCleanerLeavesNoLock(t *testing.T) {
 			b := backends[name](t)
 			b.fillClaims(t, "old-", 500, 2*time.Hour)
 
-			cmd := exec.Command(os.Args[0], "-test.run=^TestPoolerCleanerHelper$", "-test.v")
-			cmd.Env = append(os.Environ(), cleanerHelperVar+"="+name+" "+poolerURL+" "+b.table)
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
 			holding := make(chan struct{})
-			go func() {
-				lines := bufio.NewScanner(stdout)
-				for lines.Scan() {
-					if strings.Contains(lines.Text(), "holding the cleanup lock") {
-						close(holding)
-					}
+			cmd, exited := startHelper(t, "TestPoolerCleanerHelper", cleanerHelperVar+"="+name+" "+poolerURL+" "+b.table, func(line string) {
+				if strings.Contains(line, "holding the cleanup lock") {
+					close(holding)
 				}
-				exited <- cmd.Wait()
-			}()
+			})
 			select {
 			case <-holding:
 			case err := <-exited:

@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -102,34 +100,23 @@ func TestRelayPublishesAfterAKillBetweenCommitAndPublish(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := newBackend(t)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestRelayKillHelper$")
-			cmd.Env = append(os.Environ(), relayKillVar+"="+name+" "+b.table+" "+b.dsn)
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
 			publishing := make(chan string, 1)
-			go func() {
-				lines := bufio.NewScanner(stdout)
-				for lines.Scan() {
-					if uuid, ok := strings.CutPrefix(lines.Text(), "publishing "); ok {
-						publishing <- uuid
-					}
+			cmd, exited := startHelper(t, "TestRelayKillHelper", relayKillVar+"="+name+" "+b.table+" "+b.dsn, func(line string) {
+				if uuid, ok := strings.CutPrefix(line, "publishing "); ok {
+					publishing <- uuid
 				}
-				close(publishing)
-			}()
+			})
 			var uuid string
 			select {
 			case uuid = <-publishing:
+			case err := <-exited:
+				t.Fatalf("the consumer process exited before its publish: %v", err)
 			case <-time.After(2 * time.Minute):
+				_ = cmd.Process.Kill()
 				t.Fatal("the consumer process never began its publish")
 			}
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			<-exited
 			if uuid != "event-of-order-1" {
 				t.Fatalf("the consumer process published %q, want event-of-order-1", uuid)
 			}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	inbox "github.com/inboxkit/watermill-inbox"
@@ -45,16 +44,7 @@ func TestHTTPReplaysPublishOnlyWhatHasNotLeft(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		orderRows := &orderHandler{b: b}
-		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			event := message.NewMessage("invoice-of-"+r.Header.Get("X-Order"), nil)
-			event.SetContext(r.Context())
-			if err := publisher.Publish(stream, event); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			orderRows.ServeHTTP(w, r)
-		})
+		handler := publishingOrders(b, publisher, stream, func(r *http.Request) string { return "invoice-of-" + r.Header.Get("X-Order") })
 		logger := watermill.NewCaptureLogger()
 		server := endpoint(t, b, inboxhttp.Config{WriteBehind: writeBehind, Publisher: publisher}, handler, logger)
 		var conflicts atomic.Int64

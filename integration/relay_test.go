@@ -61,6 +61,31 @@ func (l *eventLog) counts() (copies, distinct int) {
 	return len(l.uuids), len(seen)
 }
 
+// eventInbox is an inbox on store, set as config says, whose handler publishes the event
+// "event-of-" and its message's UUID to the topic "events" through an inbox.Publisher over
+// broker; deliver hands it a message of uuid and returns the delivery's error.
+func eventInbox(t *testing.T, store inbox.Store, broker message.Publisher, config inbox.Config) (deliver func(uuid string) error) {
+	t.Helper()
+	publisher, err := inbox.NewPublisher(broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config.Publisher = publisher
+	mw, err := inbox.NewMiddleware(store, config, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := mw(func(msg *message.Message) ([]*message.Message, error) {
+		event := message.NewMessage("event-of-"+msg.UUID, nil)
+		event.SetContext(msg.Context())
+		return nil, publisher.Publish("events", event)
+	})
+	return func(uuid string) error {
+		_, err := handle(message.NewMessage(uuid, nil))
+		return err
+	}
+}
+
 func sqlStore(t *testing.T, b *backend) *sqlinbox.Store {
 	t.Helper()
 	s, ok := b.store.(*sqlinbox.Store)
@@ -104,16 +129,7 @@ func TestRelayPublishesWhatACommittedRequestCouldNot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		orders := &orderHandler{b: b}
-		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			event := message.NewMessage(watermill.NewUUID(), []byte("invoice "+r.Header.Get("X-Order")))
-			event.SetContext(r.Context())
-			if err := publisher.Publish("invoices", event); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			orders.ServeHTTP(w, r)
-		})
+		handler := publishingOrders(b, publisher, "invoices", func(*http.Request) string { return watermill.NewUUID() })
 		server := endpoint(t, b, inboxhttp.Config{WriteBehind: writeBehind, Publisher: publisher}, handler, watermill.NopLogger{})
 
 		if first := post(t, server.Client(), server.URL, "order-1", "order-1", nil); first.status != http.StatusCreated {
@@ -155,24 +171,7 @@ func TestRelayAndMarksOnBrokerMessages(t *testing.T) {
 func testRelayAndMarks(t *testing.T, b *backend, writeBehind bool) {
 	events, log := subscribeEvents(t, "events")
 	broker := &failingPublisher{Publisher: events}
-	publisher, err := inbox.NewPublisher(broker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	consumer := watermill.NewShortUUID()
-	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: consumer, Publisher: publisher, WriteBehind: writeBehind}, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	handle := mw(func(msg *message.Message) ([]*message.Message, error) {
-		event := message.NewMessage("event-of-"+msg.UUID, []byte(msg.UUID))
-		event.SetContext(msg.Context())
-		return nil, publisher.Publish("events", event)
-	})
-	deliver := func(uuid string) error {
-		_, err := handle(message.NewMessage(uuid, []byte(`{}`)))
-		return err
-	}
+	deliver := eventInbox(t, b.store, broker, inbox.Config{Consumer: watermill.NewShortUUID(), WriteBehind: writeBehind})
 	store := sqlStore(t, b)
 	flush := func() {
 		t.Helper()
@@ -267,21 +266,9 @@ func TestTwoRelaysPublishEachRecordOnce(t *testing.T) {
 		events, log := subscribeEvents(t, "events")
 		broker := &failingPublisher{Publisher: events}
 		broker.failuresLeft.Store(records)
-		publisher, err := inbox.NewPublisher(broker)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: watermill.NewShortUUID(), Publisher: publisher}, watermill.NopLogger{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		handle := mw(func(msg *message.Message) ([]*message.Message, error) {
-			event := message.NewMessage("event-of-"+msg.UUID, nil)
-			event.SetContext(msg.Context())
-			return nil, publisher.Publish("events", event)
-		})
-		for i := range records {
-			if _, err := handle(message.NewMessage(watermill.NewUUID(), []byte{byte(i)})); err == nil {
+		deliver := eventInbox(t, b.store, broker, inbox.Config{Consumer: watermill.NewShortUUID()})
+		for range records {
+			if err := deliver(watermill.NewUUID()); err == nil {
 				t.Fatal("a delivery whose publish failed returned no error")
 			}
 		}
@@ -324,28 +311,16 @@ func TestRetentionKeepsUnpublishedRecords(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		events, _ := subscribeEvents(t, "events")
 		broker := &failingPublisher{Publisher: events}
-		publisher, err := inbox.NewPublisher(broker)
-		if err != nil {
-			t.Fatal(err)
-		}
 		consumer := watermill.NewShortUUID()
-		mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: consumer, Publisher: publisher}, watermill.NopLogger{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		handle := mw(func(msg *message.Message) ([]*message.Message, error) {
-			event := message.NewMessage("event-of-"+msg.UUID, nil)
-			event.SetContext(msg.Context())
-			return nil, publisher.Publish("events", event)
-		})
+		deliver := eventInbox(t, b.store, broker, inbox.Config{Consumer: consumer})
 		for _, uuid := range []string{"published-1", "published-2"} {
-			if _, err := handle(message.NewMessage(uuid, nil)); err != nil {
+			if err := deliver(uuid); err != nil {
 				t.Fatal(err)
 			}
 		}
 		broker.failuresLeft.Store(3)
 		for _, uuid := range []string{"unpublished-1", "unpublished-2", "unpublished-3"} {
-			if _, err := handle(message.NewMessage(uuid, nil)); err == nil {
+			if err := deliver(uuid); err == nil {
 				t.Fatal("a delivery whose publish failed returned no error")
 			}
 		}
@@ -387,21 +362,9 @@ func TestRelayRefusesATableWithoutTheColumn(t *testing.T) {
 			t.Fatalf("the table of an earlier release is refused: %v", err)
 		}
 		events, log := subscribeEvents(t, "events")
-		publisher, err := inbox.NewPublisher(events)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", Publisher: publisher}, watermill.NopLogger{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		handle := mw(func(msg *message.Message) ([]*message.Message, error) {
-			event := message.NewMessage("event-of-"+msg.UUID, nil)
-			event.SetContext(msg.Context())
-			return nil, publisher.Publish("events", event)
-		})
+		deliver := eventInbox(t, store, events, inbox.Config{Consumer: "billing"})
 		for range 2 {
-			if _, err := handle(message.NewMessage("order-1", nil)); err != nil {
+			if err := deliver("order-1"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -519,20 +482,9 @@ func TestRelayRunnerPublishesAfterItsDelay(t *testing.T) {
 	events, log := subscribeEvents(t, "events")
 	broker := &failingPublisher{Publisher: events}
 	broker.failuresLeft.Store(1)
-	publisher, err := inbox.NewPublisher(broker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := inbox.NewMiddleware(b.store, inbox.Config{Consumer: "billing", Publisher: publisher}, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	deliver := eventInbox(t, b.store, broker, inbox.Config{Consumer: "billing"})
 	committed := time.Now()
-	if _, err := mw(func(msg *message.Message) ([]*message.Message, error) {
-		event := message.NewMessage("event-of-"+msg.UUID, nil)
-		event.SetContext(msg.Context())
-		return nil, publisher.Publish("events", event)
-	})(message.NewMessage("order-1", nil)); err == nil {
+	if err := deliver("order-1"); err == nil {
 		t.Fatal("the delivery whose publish failed returned no error")
 	}
 	const delay, interval = 300 * time.Millisecond, 100 * time.Millisecond

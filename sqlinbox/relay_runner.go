@@ -3,7 +3,6 @@ package sqlinbox
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -22,8 +21,6 @@ type RelayRunner struct {
 	config  RelayConfig
 	logger  watermill.LoggerAdapter
 	metrics relayMetrics
-
-	after func(time.Duration) <-chan time.Time // time.After; tests replace it
 }
 
 // NewRelayRunner returns a relay of store's table; a nil logger logs nothing. Whether the
@@ -44,7 +41,7 @@ func NewRelayRunner(store *Store, config RelayConfig, logger watermill.LoggerAda
 	if err != nil {
 		return nil, err
 	}
-	return &RelayRunner{store: store, config: config, logger: logger, metrics: metrics, after: time.After}, nil
+	return &RelayRunner{store: store, config: config, logger: logger, metrics: metrics}, nil
 }
 
 // Run runs passes until ctx is done, then returns nil. A pass that fails is logged, and
@@ -57,7 +54,7 @@ func (r *RelayRunner) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-r.after(wait):
+			case <-time.After(wait):
 			}
 		}
 		if ctx.Err() != nil {
@@ -111,13 +108,8 @@ func (r *RelayRunner) pass(ctx context.Context) (taken, published int, err error
 	return taken, published, err
 }
 
-// retryDelay is DefaultRetentionRetryDelay doubled for each failure after the first, at most
-// Interval, less a random part of up to a half.
+// retryDelay is DefaultRetentionRetryDelay (at most Interval) doubled for each failure after
+// the first, at most Interval, less a random part of up to a half.
 func (r *RelayRunner) retryDelay(failures int) time.Duration {
-	d := min(DefaultRetentionRetryDelay, r.config.Interval)
-	for i := 1; i < failures && d < r.config.Interval; i++ {
-		d *= 2
-	}
-	d = min(d, r.config.Interval)
-	return d - time.Duration(rand.Int64N(int64(d/2)+1))
+	return backoff(min(DefaultRetentionRetryDelay, r.config.Interval), r.config.Interval, failures, randomJitter)
 }

@@ -103,7 +103,7 @@ func NewRetentionRunner(store Cleaner, config RetentionConfig, logger watermill.
 		logger:      logger,
 		rowsCleaned: rowsCleaned,
 		after:       time.After,
-		jitter:      func(n time.Duration) time.Duration { return time.Duration(rand.Int64N(int64(n) + 1)) },
+		jitter:      randomJitter,
 	}, nil
 }
 
@@ -147,13 +147,22 @@ func (r *RetentionRunner) Run(ctx context.Context) error {
 // doubled for each failure after the first, at most Interval, less a random part of up to a
 // half.
 func (r *RetentionRunner) retryDelay(failures int) time.Duration {
-	d := r.config.RetryDelay
-	for i := 1; i < failures && d < r.config.Interval; i++ {
+	return backoff(r.config.RetryDelay, r.config.Interval, failures, r.jitter)
+}
+
+// backoff is the wait after the given number of failed passes in a row of a runner: first
+// doubled for each failure after the first, at most limit, less jitter of up to a half.
+func backoff(first, limit time.Duration, failures int, jitter func(n time.Duration) time.Duration) time.Duration {
+	d := first
+	for i := 1; i < failures && d < limit; i++ {
 		d *= 2
 	}
-	d = min(d, r.config.Interval)
-	return d - r.jitter(d/2)
+	d = min(d, limit)
+	return d - jitter(d/2)
 }
+
+// randomJitter is a random duration in [0, n].
+func randomJitter(n time.Duration) time.Duration { return time.Duration(rand.Int64N(int64(n) + 1)) }
 
 func (r *RetentionRunner) pass(ctx context.Context) error {
 	start := time.Now()
