@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -72,37 +71,24 @@ func TestHTTPServerKilledMidTraffic(t *testing.T) {
 	b := backends["pgx/postgres"](t)
 	var addr atomic.Pointer[string]
 	var current *exec.Cmd
+	var exited <-chan error
 	start := func() {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHTTPServerHelper$", "-test.v")
-		cmd.Env = append(os.Environ(), httpServerVar+"="+b.dsn+" "+b.table+" "+b.business)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		listening := make(chan string, 1)
-		go func() {
-			lines := bufio.NewScanner(stdout)
-			for lines.Scan() {
-				if a, ok := strings.CutPrefix(lines.Text(), "listening "); ok {
-					listening <- a
-				}
+		current, exited = startHelper(t, "TestHTTPServerHelper", httpServerVar+"="+b.dsn+" "+b.table+" "+b.business, func(line string) {
+			if a, ok := strings.CutPrefix(line, "listening "); ok {
+				listening <- a
 			}
-		}()
+		})
 		select {
 		case a := <-listening:
 			addr.Store(&a)
 		case <-time.After(60 * time.Second):
 			t.Fatal("the server process did not start")
 		}
-		current = cmd
 	}
 	kill := func() {
 		_ = current.Process.Kill()
-		_ = current.Wait()
+		<-exited
 	}
 	start()
 	t.Cleanup(func() { kill() })
