@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -21,33 +20,6 @@ import (
 
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
 )
-
-// writes counts writes to database sockets (PostgreSQL and MySQL). Both drivers send a
-// request, and pgx a whole pipelined batch, with one write and then wait for the answer, so
-// writes per message are round trips per message. Variants run one at a time, so one
-// counter serves them all.
-var writes atomic.Int64
-
-func countingDial(ctx context.Context, network, addr string) (net.Conn, error) {
-	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return countingConn{conn}, nil
-}
-
-type countingConn struct{ net.Conn }
-
-func (c countingConn) Write(p []byte) (int, error) {
-	writes.Add(1)
-	return c.Conn.Write(p)
-}
-
-func init() {
-	mysql.RegisterDialContext("tcp", func(ctx context.Context, addr string) (net.Conn, error) {
-		return countingDial(ctx, "tcp", addr)
-	})
-}
 
 // env holds the databases and what must be dropped and closed at the end.
 type env struct {
