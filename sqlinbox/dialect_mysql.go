@@ -63,7 +63,9 @@ func (MySQL) CreateTable(t Table) []string {
 
 // Relay: FOR UPDATE SKIP LOCKED (MariaDB 10.6, [MySQL] 8.0) lets two relays' passes take
 // disjoint records; the (unpublished, processed_at) index finds them without reading the
-// claims.
+// claims. Mark names no column but the key's, so that InnoDB finds its rows by the primary
+// key and locks only them: a scan of the unpublished index would also lock that index's
+// gaps, where the claims committing beside it insert their records' entries.
 func (MySQL) Relay(t Table) *RelaySQL {
 	return &RelaySQL{
 		Record:        "UPDATE " + t.Quoted + " SET produced = UNHEX(?), unpublished = TRUE WHERE consumer = UNHEX(?) AND message_id = UNHEX(?)",
@@ -71,7 +73,7 @@ func (MySQL) Relay(t Table) *RelaySQL {
 		DeleteExpired: "DELETE FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND NOT unpublished ORDER BY processed_at LIMIT ?",
 		CountExpired:  "SELECT COUNT(*) FROM " + t.Quoted + " WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND NOT unpublished",
 		Mark: func(consumers, keys []string) (string, []any) {
-			return "UPDATE " + t.Quoted + " SET unpublished = FALSE WHERE unpublished AND (consumer, message_id) IN (" +
+			return "UPDATE " + t.Quoted + " SET unpublished = FALSE WHERE (consumer, message_id) IN (" +
 				placeholderPairs(len(keys), func(int) string { return "UNHEX(?)" }) + ")", pairs(MySQL{}.Param, consumers, keys)
 		},
 		Take:    "SELECT consumer, message_id, produced FROM " + t.Quoted + " WHERE unpublished AND processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ? FOR UPDATE SKIP LOCKED",

@@ -31,8 +31,8 @@ type markQueue struct {
 	writing  bool          // a writer goroutine runs; it stops when nothing waits
 	full     chan struct{} // wakes the writer early when markBatch wait
 	idle     *sync.Cond    // signalled when the writer stops
-	lastErr  error
-	flushing int // callers of FlushMarks waiting: the writer does not wait for more
+	err      error         // the first mark that failed since the last FlushMarks
+	flushing int           // callers of FlushMarks waiting: the writer does not wait for more
 	// unwritten counts the marks of each claim that are queued or being written: a duplicate
 	// of one reads its record as published, which its row does not say yet.
 	unwritten map[claimKey]int
@@ -90,15 +90,17 @@ func (s *Store) MarkPublished(claim inbox.Claim) {
 	}
 }
 
-// FlushMarks writes the marks that wait now and returns once they are written (or failed: it
-// returns the last error). Call it when a service stops, after its router: a mark not written
-// lets the relay publish that record's messages once more.
+// FlushMarks writes the marks that wait now and returns once they are written. It returns the
+// first failure since the last FlushMarks, of a mark written now or before (a statement that
+// failed on the database's state is retried first, for up to ten seconds). Call it when a
+// service stops, after its router: a mark not written lets the relay publish that record's
+// messages once more.
 func (s *Store) FlushMarks(ctx context.Context) error {
 	q := &s.markQueue
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.writing {
-		return nil
+		return q.takeErr()
 	}
 	q.flushing++
 	defer func() { q.flushing-- }()
@@ -114,7 +116,14 @@ func (s *Store) FlushMarks(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return q.lastErr
+	return q.takeErr()
+}
+
+// takeErr returns the first failure since the last call and forgets it; q.mu is held.
+func (q *markQueue) takeErr() error {
+	err := q.err
+	q.err = nil
+	return err
 }
 
 // writeMarks writes the queue's marks until none wait.
@@ -142,7 +151,9 @@ func (s *Store) writeMarks() {
 		q.written(claims)
 
 		q.mu.Lock()
-		q.lastErr = err
+		if q.err == nil {
+			q.err = err
+		}
 		if len(q.pending) == 0 {
 			q.writing = false
 			q.idle.Broadcast()
@@ -154,8 +165,14 @@ func (s *Store) writeMarks() {
 	}
 }
 
+// markRetryDelay is the first wait before a mark's statement that failed on the database's
+// state (a deadlock with the claims it races, a lock timeout, a connection lost) is sent
+// again, doubled each time, until markTimeout.
+const markRetryDelay = 10 * time.Millisecond
+
 // writeMarkBatch clears unpublished on claims, in one statement, in the order of their keys,
-// so that two stores marking the same records lock them in one order.
+// so that two stores marking the same records lock them in one order. A statement that fails
+// on the database's state is sent again: the marks are idempotent.
 func (s *Store) writeMarkBatch(claims []inbox.Claim) error {
 	slices.SortFunc(claims, func(a, b inbox.Claim) int {
 		return cmp.Or(cmp.Compare(a.Consumer, b.Consumer), cmp.Compare(a.Key, b.Key))
@@ -168,10 +185,29 @@ func (s *Store) writeMarkBatch(claims []inbox.Claim) error {
 	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
 	defer cancel()
 	query, args := s.sql.relay.Mark(consumers, keys)
-	if _, err := s.pool.exec(ctx, query, args...); err != nil {
+	for failures := 1; ; failures++ {
+		_, err := s.pool.exec(ctx, query, args...)
+		if err == nil {
+			return nil
+		}
+		retry := s.sql.dialect.IsTransient(err) || connectionLost(err)
+		if retry && sleepCtx(ctx, backoff(markRetryDelay, markTimeout, failures, randomJitter)) {
+			continue
+		}
 		s.logger.Error("Inbox: writing the published marks failed; the relay publishes those records once more", err,
-			watermill.LogFields{"table": s.sql.table.Quoted, "marks": len(claims)})
+			watermill.LogFields{"table": s.sql.table.Quoted, "marks": len(claims), "attempts": failures})
 		return err
 	}
-	return nil
+}
+
+// sleepCtx waits d and reports whether ctx is still live then.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
