@@ -58,6 +58,11 @@ func TestNATSJetStream(t *testing.T) {
 
 	// received counts the deliveries that came out of the subscribers (countingSubscriber).
 	var received atomic.Uint64
+	t.Cleanup(func() {
+		if t.Failed() {
+			logConsumer(t, js, stream.Name, received.Load())
+		}
+	})
 	publisher, err := wmjetstream.NewPublisher(wmjetstream.PublisherConfig{URL: natsURL, Logger: watermill.NopLogger{}})
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +109,25 @@ func consumerDrained(js jetstream.JetStream, stream string, received *atomic.Uin
 		}
 		return info.NumPending == 0 && info.NumAckPending == 0 && received.Load() == info.Delivered.Consumer
 	}
+}
+
+// logConsumer logs what JetStream says of the durable consumer billing of stream, for a run
+// that failed: what it still holds back, what waits for an ack, the pull requests it has, and
+// how many deliveries it made against the received that came out of the subscribers.
+func logConsumer(t *testing.T, js jetstream.JetStream, stream string, received uint64) {
+	ctx := context.WithoutCancel(t.Context())
+	consumer, err := js.Consumer(ctx, stream, "billing")
+	if err != nil {
+		t.Logf("durable consumer: %v", err)
+		return
+	}
+	info, err := consumer.Info(ctx)
+	if err != nil {
+		t.Logf("durable consumer info: %v", err)
+		return
+	}
+	t.Logf("consumer billing: pending %d, awaiting an ack %d, redelivered %d, pull requests waiting %d, delivered %d (stream sequence %d), acked up to %d; %d deliveries came out of the subscribers",
+		info.NumPending, info.NumAckPending, info.NumRedelivered, info.NumWaiting, info.Delivered.Consumer, info.Delivered.Stream, info.AckFloor.Stream, received)
 }
 
 // countingSubscriber counts, in received, the messages its subscriber hands out: one per
