@@ -115,7 +115,7 @@ var scenarios = []struct{ name, title, description string }{
 			"*inbox, ExecAtCommit*: the handler queues the INSERT with `inbox.ExecAtCommit`; it travels with COMMIT. " +
 			"*inbox, WriteBehind*: `inbox.Config{WriteBehind: true}`; the handler runs first and queues the INSERT, and on pgx BEGIN, the claim, the INSERT and COMMIT go in one batch (on MariaDB in one multi-statement request, on `sqlinbox.NewMultiStatement`'s store). " +
 			"*inbox, duplicates only*: every message's key is already committed, sent to the WriteBehind handler, which runs first; its queued INSERT must not apply (each round counts the business rows). " +
-			"Ratios are to *business alone* in the same round. Round trips are writes to the database's socket per message."},
+			"Ratios are to *business alone* in the same round. Round trips are requests written to the database's socket per message; a connection's startup, authentication and statement preparation are not counted."},
 	{"router", "2. Through a Watermill router (gochannel)",
 		"K workers = K topics with one handler each (gochannel with `BlockPublishUntilSubscriberAck` has one message per topic in flight). " +
 			"Every handler runs the same business INSERT. *no dedup*: the handler's own transaction. *Deduplicator (memory)*: Watermill's " +
