@@ -160,6 +160,15 @@ func mysqlBackend(t *testing.T) *backend { return mysqlBackendWith(t, "", false)
 // mysqlBackendWith adds params, if any, to the DSN's parameters; multiStatement makes its
 // stores with sqlinbox.NewMultiStatement.
 func mysqlBackendWith(t *testing.T, params string, multiStatement bool) *backend {
+	if multiStatement {
+		return mysqlBackendOf(t, params, multiStatementStores)
+	}
+	return mysqlBackendOf(t, params, nil)
+}
+
+// mysqlBackendOf is mysqlBackendWith with its stores made by stores on the DSN through the
+// proxy that outage cuts; nil: sqlinbox.NewDB's.
+func mysqlBackendOf(t *testing.T, params string, stores func(t *testing.T, dsn string) storeMaker) *backend {
 	ctx := context.Background()
 	dsn := testenv.MySQLDSN(t)
 	if params != "" {
@@ -177,8 +186,8 @@ func mysqlBackendWith(t *testing.T, params string, multiStatement bool) *backend
 	direct := openSQL(t, "mysql", dsn)
 	proxiedDSN := dsn[:start+4] + proxy.Addr() + dsn[end:]
 	newStore := plainStores(openSQL(t, "mysql", proxiedDSN), sqlinbox.MySQL{})
-	if multiStatement {
-		newStore = multiStatementStores(t, proxiedDSN)
+	if stores != nil {
+		newStore = stores(t, proxiedDSN)
 	}
 
 	b := sqlBackend(t, newStore, direct, sqlinbox.MySQL{})

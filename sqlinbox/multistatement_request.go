@@ -75,13 +75,19 @@ func checkResults(result driver.Result, want int) error {
 	}
 	switch got := len(all.AllRowsAffected()); {
 	case got < want:
-		return fmt.Errorf("sqlinbox: the server ran %d of the request's %d statements, without an error, and not its "+
+		return &statementCountError{fmt.Errorf("sqlinbox: the server ran %d of the request's %d statements, without an error, and not its "+
 			"COMMIT: a statement ends in an unterminated comment (/* ...) or other text that took in the statements "+
-			"after it; nothing is committed, the transaction is rolled back", got, want)
+			"after it; nothing is committed, the transaction is rolled back", got, want)}
 	case got > want:
-		return fmt.Errorf("sqlinbox: the server ran %d statements for the request's %d: a queued statement holds "+
+		return &statementCountError{fmt.Errorf("sqlinbox: the server ran %d statements for the request's %d: a queued statement holds "+
 			"several statements, or calls a procedure that returns results, and whether the COMMIT ran cannot be "+
-			"told; queue one statement per inbox.ExecAtCommit", got, want)
+			"told; queue one statement per inbox.ExecAtCommit", got, want)}
 	}
 	return nil
 }
+
+// statementCountError is checkResults' error: the server ran more or fewer statements than the
+// request holds, without an error of its own.
+type statementCountError struct{ error }
+
+func (e *statementCountError) Unwrap() error { return e.error }

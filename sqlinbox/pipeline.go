@@ -6,12 +6,10 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	inbox "github.com/inboxkit/watermill-inbox"
-	"github.com/inboxkit/watermill-inbox/inboxotel"
 )
 
 // PipelineConfig configures how a store made by [NewPgxPipeline] pipelines the write-behind
@@ -107,12 +105,7 @@ func NewPgxPipeline(pool *pgxpool.Pool, config Config, pipeline PipelineConfig) 
 	if pipeline.Messages == 0 {
 		pipeline.Messages = defaultPipelineMessages
 	}
-	if pipeline.MeterProvider == nil {
-		pipeline.MeterProvider = otel.GetMeterProvider()
-	}
-	perPipeline, err := pipeline.MeterProvider.Meter(inboxotel.ScopeName).Int64Histogram(inboxotel.MetricPipelineMessages,
-		metric.WithDescription("Requests carried by each pipeline of a store made by NewPgxPipeline"),
-		metric.WithUnit("{message}"), metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128))
+	perPipeline, err := pipelineHistogram(pipeline.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("sqlinbox: NewPgxPipeline: metrics: %w", err)
 	}
@@ -122,7 +115,7 @@ func NewPgxPipeline(pool *pgxpool.Pool, config Config, pipeline PipelineConfig) 
 	}
 	p := &pipelinePool{pgxPool: s.pool.(*pgxPool), perPipeline: perPipeline,
 		tableAttr: metric.WithAttributeSet(attribute.NewSet(attribute.String("table", s.sql.table.label())))}
-	p.combiner = newCombiner(pipeline.Connections, pipeline.Messages, pool.Acquire, p.send)
+	p.combiner = newCombiner(pipeline.Connections, pipeline.Messages, pool.Acquire, (*pgxpool.Conn).Release, p.send)
 	s.pool = p
 	return s, nil
 }
@@ -130,7 +123,7 @@ func NewPgxPipeline(pool *pgxpool.Pool, config Config, pipeline PipelineConfig) 
 // pipelinePool is [NewPgx]'s pool whose write-behind sessions go through a combiner.
 type pipelinePool struct {
 	*pgxPool
-	combiner *combiner
+	combiner *combiner[*pgxpool.Conn]
 
 	perPipeline metric.Int64Histogram // inbox.pipeline.messages
 	tableAttr   metric.RecordOption

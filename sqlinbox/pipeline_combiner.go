@@ -6,8 +6,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // A combiner coalesces the requests of deliveries in flight at the same time into
@@ -47,26 +45,28 @@ func (r *pipelineRequest) signal() {
 	}
 }
 
-// combiner coalesces requests into pipelines.
-type combiner struct {
+// combiner coalesces requests into pipelines on connections of type C: a pgx pool's, or a
+// database/sql connection for multi-statement requests.
+type combiner[C any] struct {
 	lanes, batch int
-	acquire      func(ctx context.Context) (*pgxpool.Conn, error)
+	acquire      func(ctx context.Context) (C, error)
+	release      func(C)
 	// send sends requests in one pipeline on conn and sets each one's result.
-	send func(ctx context.Context, conn *pgxpool.Conn, requests []*pipelineRequest)
+	send func(ctx context.Context, conn C, requests []*pipelineRequest)
 
 	mu      sync.Mutex
 	pending []*pipelineRequest // oldest first
 	busy    int                // lanes sending
 }
 
-func newCombiner(lanes, batch int, acquire func(context.Context) (*pgxpool.Conn, error),
-	send func(context.Context, *pgxpool.Conn, []*pipelineRequest),
-) *combiner {
-	return &combiner{lanes: lanes, batch: batch, acquire: acquire, send: send}
+func newCombiner[C any](lanes, batch int, acquire func(context.Context) (C, error), release func(C),
+	send func(context.Context, C, []*pipelineRequest),
+) *combiner[C] {
+	return &combiner[C]{lanes: lanes, batch: batch, acquire: acquire, release: release, send: send}
 }
 
 // do returns once r has its result.
-func (c *combiner) do(r *pipelineRequest) {
+func (c *combiner[C]) do(r *pipelineRequest) {
 	done := r.ctx.Done()
 	c.mu.Lock()
 	r.queued = true
@@ -102,7 +102,7 @@ func (c *combiner) do(r *pipelineRequest) {
 }
 
 // lane sends one pipeline: the requests waiting when self's delivery got a connection.
-func (c *combiner) lane(self *pipelineRequest) {
+func (c *combiner[C]) lane(self *pipelineRequest) {
 	conn, err := c.acquire(self.ctx)
 	c.mu.Lock()
 	if err != nil {
@@ -121,7 +121,7 @@ func (c *combiner) lane(self *pipelineRequest) {
 		c.send(ctx, conn, requests)
 		cancel()
 	}
-	conn.Release()
+	c.release(conn)
 	c.mu.Lock()
 	for _, r := range requests {
 		r.done = true
@@ -132,7 +132,7 @@ func (c *combiner) lane(self *pipelineRequest) {
 
 // take removes up to batch requests from pending, oldest first, and fails those whose
 // context ended while they waited.
-func (c *combiner) take() []*pipelineRequest {
+func (c *combiner[C]) take() []*pipelineRequest {
 	var requests []*pipelineRequest
 	n := 0
 	for _, r := range c.pending {
@@ -154,7 +154,7 @@ func (c *combiner) take() []*pipelineRequest {
 }
 
 // unqueue removes r from pending.
-func (c *combiner) unqueue(r *pipelineRequest) {
+func (c *combiner[C]) unqueue(r *pipelineRequest) {
 	if i := slices.Index(c.pending, r); i >= 0 {
 		c.pending = slices.Delete(c.pending, i, i+1)
 	}
@@ -162,13 +162,13 @@ func (c *combiner) unqueue(r *pipelineRequest) {
 }
 
 // finish gives r a result it got without being sent.
-func (c *combiner) finish(r *pipelineRequest, failed int, err error) {
+func (c *combiner[C]) finish(r *pipelineRequest, failed int, err error) {
 	r.failed, r.err, r.done = failed, err, true
 	r.signal()
 }
 
 // handOff wakes the oldest waiting request's delivery when a lane is free for it.
-func (c *combiner) handOff() {
+func (c *combiner[C]) handOff() {
 	if c.busy < c.lanes && len(c.pending) > 0 {
 		c.pending[0].signal()
 	}
