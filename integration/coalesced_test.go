@@ -245,4 +245,3 @@ func TestCoalescedLoneDeliveryGoesAlone(t *testing.T) {
 		t.Errorf("%d business rows, want 6", n)
 	}
 }
-

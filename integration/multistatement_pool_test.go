@@ -129,7 +129,9 @@ func TestMultiStatementPoolLeavesOtherWorkAlone(t *testing.T) {
 }
 
 // mysqlMultiStatementsDSN is the test DSN with multiStatements and interpolateParams on.
-func mysqlMultiStatementsDSN(t *testing.T) string { return mysqlMultiStatementsDSNOf(t, testenv.MySQLDSN(t)) }
+func mysqlMultiStatementsDSN(t *testing.T) string {
+	return mysqlMultiStatementsDSNOf(t, testenv.MySQLDSN(t))
+}
 
 // mysqlMultiStatementsDSNOf is dsn with multiStatements and interpolateParams set.
 func mysqlMultiStatementsDSNOf(t *testing.T, dsn string) string {
