@@ -239,9 +239,13 @@ func (w *mysqlWire) next(r *bufio.Reader) ([]byte, bool, bool, error) {
 
 func (w *mysqlWire) endsPipeline([]byte) bool { return true }
 
-// isCommit reports whether query is COMMIT, or a text of several statements whose last is.
+// isCommit reports whether query is COMMIT, or a text of several statements whose last is,
+// or whose last is the coalesced store's count of committed messages after a COMMIT.
 func isCommit(query string) bool {
 	query = strings.Trim(query, "\x00 \t\r\n;")
+	if i := strings.LastIndex(query, ";SET @sqlinbox_done = "); i >= 0 && !strings.HasSuffix(query, "= 0") {
+		query = query[:i]
+	}
 	if i := strings.LastIndexByte(query, ';'); i >= 0 {
 		query = query[i+1:]
 	}

@@ -90,6 +90,8 @@ type chaosDB struct {
 	// queue makes the claim-first handler queue its invoice (inbox.ExecAtCommit) instead of writing
 	// it through the transaction: it travels with COMMIT.
 	queue bool
+	// mysqlConfig is the driver's configuration through the proxy, on MariaDB.
+	mysqlConfig *mysql.Config
 }
 
 func TestChaosExactlyOneInvoicePerOrder(t *testing.T) {
@@ -111,6 +113,10 @@ func TestChaosExactlyOneInvoicePerOrder(t *testing.T) {
 		// invoice queued, the INSERT and COMMIT as a second request.
 		{"database-sql/mariadb/multi-statements", max(orders/2, 100), chaosMariaDBMultiStatements},
 		{"database-sql/mariadb/multi-statements/queued", max(orders/2, 100), chaosMariaDBMultiStatementsQueued},
+		// sqlinbox.NewMultiStatementCoalesced, one store for every router with two
+		// connections, so that deliveries in flight at once travel in one request: the proxy
+		// cuts before, inside and right after its COMMITs.
+		{"database-sql/mariadb/coalesced", max(orders/2, 100), chaosMariaDBCoalesced},
 	} {
 		t.Run(c.name, func(t *testing.T) { runChaos(t, c.open(t), c.orders) })
 	}
@@ -247,6 +253,33 @@ func chaosMariaDBMultiStatementsQueued(t *testing.T) *chaosDB {
 	return db
 }
 
+// chaosMariaDBCoalesced gives every router one store made by sqlinbox.NewMultiStatementCoalesced,
+// in write-behind mode.
+func chaosMariaDBCoalesced(t *testing.T) *chaosDB {
+	db := chaosMariaDBWith(t, true)
+	var once sync.Once
+	var store inbox.Store
+	db.newStore = func(t *testing.T) inbox.Store {
+		once.Do(func() {
+			connector, err := mysql.NewConnector(db.mysqlConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, pool, err := sqlinbox.NewMultiStatementCoalesced(connector, sqlinbox.MySQL{}, sqlinbox.Config{Table: db.b.table},
+				sqlinbox.PipelineConfig{Connections: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool.SetMaxOpenConns(chaosPoolSize)
+			t.Cleanup(func() { pool.Close() })
+			store = s
+		})
+		return store
+	}
+	db.writeBehind = true
+	return db
+}
+
 // chaosMariaDBWith makes each router's store with sqlinbox.NewMultiStatement when
 // multiStatements is set, with sqlinbox.NewDB otherwise.
 func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
@@ -265,8 +298,9 @@ func chaosMariaDBWith(t *testing.T, multiStatements bool) *chaosDB {
 	proxied.MultiStatements = multiStatements
 	t.Cleanup(func() { t.Logf("MariaDB driver log lines about broken connections: %d", driverLog.lines.Load()) })
 	return &chaosDB{
-		b:     b,
-		proxy: proxy,
+		b:           b,
+		proxy:       proxy,
+		mysqlConfig: proxied,
 		newStore: func(t *testing.T) inbox.Store {
 			connector, err := mysql.NewConnector(proxied)
 			if err != nil {

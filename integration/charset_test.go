@@ -24,7 +24,7 @@ import (
 var unsafeCharsets = map[string]string{"gbk": "\u0801", "sjis": "\u0101", "cp932": "\u0101", "big5": "\u0821"}
 
 // mysqlStoreKinds are the constructors of MySQL stores, by name.
-var mysqlStoreKinds = []string{"NewDB", "NewMultiStatement"}
+var mysqlStoreKinds = []string{"NewDB", "NewMultiStatement", "NewMultiStatementCoalesced"}
 
 // eachMySQLStore runs test as a parallel subtest for each MySQL store kind in each mode.
 func eachMySQLStore(t *testing.T, test func(t *testing.T, kind string, writeBehind bool)) {
@@ -58,6 +58,8 @@ func mysqlPool(t *testing.T, kind, params string, config sqlinbox.Config) (*sqli
 		store, err = sqlinbox.NewDB(db, sqlinbox.MySQL{}, config)
 	case "NewMultiStatement":
 		store, db, err = sqlinbox.NewMultiStatement(mysqlConnector(t, dsn), sqlinbox.MySQL{}, config)
+	case "NewMultiStatementCoalesced":
+		store, db, err = sqlinbox.NewMultiStatementCoalesced(mysqlConnector(t, dsn), sqlinbox.MySQL{}, config, sqlinbox.PipelineConfig{})
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -49,8 +49,8 @@ type galeraMode struct {
 	// its writes (inbox.ExecAtCommit) instead of writing through the *sql.Tx.
 	writeBehind, queue bool
 	// multiStatement makes the store with sqlinbox.NewMultiStatement (and the DSN's
-	// multiStatements).
-	multiStatement bool
+	// multiStatements); coalesced with sqlinbox.NewMultiStatementCoalesced.
+	multiStatement, coalesced bool
 }
 
 // galeraModes are the modes the library allows on a Galera node: each sends one statement
@@ -73,6 +73,8 @@ var galeraMultiStatementModes = []struct {
 		"the claim-first mode on a multi-statement store"},
 	{galeraMode{name: "claim-first/multi-statement/queued", multiStatement: true, queue: true},
 		"the claim-first mode on a multi-statement store"},
+	{galeraMode{name: "write-behind/coalesced", writeBehind: true, multiStatement: true, coalesced: true},
+		"write-behind mode on a multi-statement store"},
 }
 
 // galeraTables is one test's inbox table, invoice table and counter row on the cluster.
@@ -134,7 +136,15 @@ func (c *galeraTables) store(t *testing.T, node int, m galeraMode, logger waterm
 		}
 		return store
 	}
-	store, db, err := sqlinbox.NewMultiStatement(mysqlConnector(t, c.g.Nodes[node].DSN(params+"&multiStatements=true")), sqlinbox.MySQL{}, config)
+	connector := mysqlConnector(t, c.g.Nodes[node].DSN(params+"&multiStatements=true"))
+	var store *sqlinbox.Store
+	var db *sql.DB
+	var err error
+	if m.coalesced {
+		store, db, err = sqlinbox.NewMultiStatementCoalesced(connector, sqlinbox.MySQL{}, config, sqlinbox.PipelineConfig{})
+	} else {
+		store, db, err = sqlinbox.NewMultiStatement(connector, sqlinbox.MySQL{}, config)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,6 +196,18 @@ func multiStatementsKitFixture(t *testing.T) *kitFixture {
 	return sqlKitFixtureFor(t, "database-sql/mariadb/multi-statements", db, store, sqlinbox.MySQL{}, table)
 }
 
+// coalescedKitFixture is MariaDB's coalesced store (sqlinbox.NewMultiStatementCoalesced), its
+// pool opened on the kit's Connector.
+func coalescedKitFixture(t *testing.T) *kitFixture {
+	connector := handlertest.Connector(mysqlConnector(t, testenv.MySQLDSN(t)+"&multiStatements=true"))
+	table := testenv.Name("kit_inbox")
+	store, db, err := sqlinbox.NewMultiStatementCoalesced(connector, sqlinbox.MySQL{}, sqlinbox.Config{Table: table}, sqlinbox.PipelineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sqlKitFixtureFor(t, "database-sql/mariadb/coalesced", db, store, sqlinbox.MySQL{}, table)
+}
+
 // preparedKitFixture is MariaDB without interpolateParams: the driver declines a statement
 // with arguments (driver.ErrSkip) and database/sql prepares it, which the kit counts once.
 func preparedKitFixture(t *testing.T) *kitFixture {

@@ -57,7 +57,10 @@ func TestHandlerKitPassesCorrectHandlers(t *testing.T) {
 	}{"database-sql/mariadb/multi-statements", multiStatementsKitFixture}, struct {
 		name string
 		open func(t *testing.T) *kitFixture
-	}{"database-sql/mariadb/prepared", preparedKitFixture})
+	}{"database-sql/mariadb/prepared", preparedKitFixture}, struct {
+		name string
+		open func(t *testing.T) *kitFixture
+	}{"database-sql/mariadb/coalesced", coalescedKitFixture})
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			for _, m := range kitModes {
