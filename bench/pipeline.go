@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,9 @@ import (
 
 // The pipeline scenario: write-behind mode on NewPgx (a connection and a round trip per
 // message) against the same mode on NewPgxPipeline (the requests of the messages in flight
-// at once in one pipeline per connection), at 8 connections, with each message's latency.
+// at once in one pipeline per connection), at 8 connections, with each message's latency; and
+// on MariaDB, NewMultiStatement's write-behind mode against NewMultiStatementCoalesced's (the
+// messages in flight at once in one multi-statement request per connection).
 
 // pipelineConns is the connections both stores' variants of "8 workers" use: write-behind
 // holds one per message in flight; the pipelined store sends on as many lanes.
@@ -35,6 +38,9 @@ var (
 	vPipe32 = fmt.Sprintf("pipelined, %d in flight", 4*pipelineConns)
 	vPipe64 = fmt.Sprintf("pipelined, %d in flight", 8*pipelineConns)
 )
+
+// coalescedName is a pipelined variant's name on MariaDB's coalesced store.
+func coalescedName(name string) string { return strings.Replace(name, "pipelined", "coalesced", 1) }
 
 // pipelineVariants are the variants in the order of a round: how many deliveries are in
 // flight at once, and whether the pipelined store takes them.
@@ -72,24 +78,54 @@ func runPipeline(ctx context.Context, e *env, rep *report) error {
 		if err == nil {
 			b.scenario = "pipeline"
 			log.Printf("pipeline: postgres, %s each way: round trip %s", delay, b.rtt)
-			err = b.measurePipeline(ctx, e, rep, pool)
+			var pipelined *sqlinbox.Store
+			pipelined, err = sqlinbox.NewPgxPipeline(pool, sqlinbox.Config{Table: e.table("postgres", "bench_pipe_inbox")},
+				sqlinbox.PipelineConfig{Connections: pipelineConns, Messages: 8})
+			if err == nil {
+				err = b.measurePipeline(ctx, e, rep, b.store, pipelined, func(name string) string { return name })
+			}
 		}
 		pool.Close()
 		if err != nil {
 			return fmt.Errorf("pipeline, %s each way: %w", delay, err)
 		}
+		if e.mysql != nil {
+			if err := runCoalesced(ctx, e, rep, delay); err != nil {
+				return fmt.Errorf("pipeline, mysql, %s each way: %w", delay, err)
+			}
+		}
 	}
 	return nil
 }
 
-// measurePipeline runs the variants on b, interleaved, and records their throughput and the
-// 50th and 99th percentile of their latency per message, round by round.
-func (b *backend) measurePipeline(ctx context.Context, e *env, rep *report, pool *pgxpool.Pool) error {
-	pipelined, err := sqlinbox.NewPgxPipeline(pool, sqlinbox.Config{Table: e.table("postgres", "bench_pipe_inbox")},
-		sqlinbox.PipelineConfig{Connections: pipelineConns, Messages: 8})
+// runCoalesced is the pipeline scenario on MariaDB at one delay: NewMultiStatement's
+// write-behind mode against NewMultiStatementCoalesced's.
+func runCoalesced(ctx context.Context, e *env, rep *report, delay time.Duration) error {
+	addr, err := e.mysqlAt(ctx, delay)
 	if err != nil {
 		return err
 	}
+	b, err := sqlBackend(ctx, e, "mysql", addr.plain, addr.connector, delay)
+	if err != nil {
+		return err
+	}
+	b.scenario = "pipeline"
+	log.Printf("pipeline: mysql, %s each way: round trip %s", delay, b.rtt)
+	coalesced, db, err := sqlinbox.NewMultiStatementCoalesced(addr.connector, sqlinbox.MySQL{},
+		sqlinbox.Config{Table: e.table("mysql", "bench_pipe_inbox")}, sqlinbox.PipelineConfig{Connections: pipelineConns, Messages: 8})
+	if err != nil {
+		return err
+	}
+	e.sized(db)
+	e.onClose(func() { db.Close() })
+	return b.measurePipeline(ctx, e, rep, b.multiStore, coalesced, coalescedName)
+}
+
+// measurePipeline runs the variants on b, interleaved, write-behind on baseline and the
+// pipelined ones on pipelined, and records their throughput and the 50th and 99th percentile
+// of their latency per message, round by round; named gives a variant its name on b's
+// database.
+func (b *backend) measurePipeline(ctx context.Context, e *env, rep *report, baseline inbox.Store, pipelined *sqlinbox.Store, named func(string) string) error {
 	if err := pipelined.InitializeSchema(ctx); err != nil {
 		return err
 	}
@@ -100,7 +136,7 @@ func (b *backend) measurePipeline(ctx context.Context, e *env, rep *report, pool
 	variants := make([]variant, len(pipelineVariants))
 	p50s, p99s := make([][]float64, len(variants)), make([][]float64, len(variants))
 	for i, pv := range pipelineVariants {
-		store := b.store
+		store, name := baseline, named(pv.name)
 		if pv.pipelined {
 			store = pipelined
 		}
@@ -117,10 +153,10 @@ func (b *backend) measurePipeline(ctx context.Context, e *env, rep *report, pool
 		// Warmed up at its own concurrency, so that no round opens connections: interleave
 		// warms a variant with an op at the comparison's.
 		if _, err := runFor(ctx, pv.inFlight, e.opts.round/4, nil, o); err != nil {
-			return fmt.Errorf("warm up %s: %w", pv.name, err)
+			return fmt.Errorf("warm up %s: %w", name, err)
 		}
-		names[i] = pv.name
-		variants[i] = variant{name: pv.name, run: func(ctx context.Context, _ int) (roundResult, error) {
+		names[i] = name
+		variants[i] = variant{name: name, run: func(ctx context.Context, _ int) (roundResult, error) {
 			lat.reset()
 			before := runs.Load()
 			res, err := runFor(ctx, pv.inFlight, e.opts.round, nil, o)
@@ -140,7 +176,7 @@ func (b *backend) measurePipeline(ctx context.Context, e *env, rep *report, pool
 	if err != nil {
 		return err
 	}
-	at := at{scenario: "pipeline", db: "postgres", delay: b.delay, rtt: b.rtt, workers: pipelineConns}
+	at := at{scenario: "pipeline", db: b.db, delay: b.delay, rtt: b.rtt, workers: pipelineConns}
 	rep.add(at, names, results, 0)
 	for i, name := range names {
 		rep.addDerivedUnit(at, latencyName("p50", name), " ms", p50s[i])

@@ -93,8 +93,13 @@ func (r *report) find(scenario, db string, delay time.Duration, workers int, var
 }
 
 func (r *report) findDerived(scenario string, delay time.Duration, workers int, name string) (derived, bool) {
+	return r.findDerivedOn(scenario, "postgres", delay, workers, name)
+}
+
+// findDerivedOn is findDerived on database db.
+func (r *report) findDerivedOn(scenario, db string, delay time.Duration, workers int, name string) (derived, bool) {
 	for _, x := range r.derived {
-		if x.scenario == scenario && x.db == "postgres" && x.delay == delay && x.workers == workers && x.name == name {
+		if x.scenario == scenario && x.db == db && x.delay == delay && x.workers == workers && x.name == name {
 			return x, true
 		}
 	}
@@ -336,14 +341,19 @@ func (r *report) targets() string {
 		delay time.Duration
 		want  float64
 	}{{halfMillisecond, 1.5}, {time.Millisecond, 2}} {
-		x, ok := r.find("pipeline", "postgres", t.delay, pipelineConns, vPipe64)
-		if !ok {
-			continue
+		for _, db := range []struct{ name, variant, what string }{
+			{"postgres", vPipe64, "pipelined ÷ write-behind"},
+			{"mysql", coalescedName(vPipe64), "coalesced ÷ NewMultiStatement's write-behind"},
+		} {
+			x, ok := r.find("pipeline", db.name, t.delay, pipelineConns, db.variant)
+			if !ok {
+				continue
+			}
+			p99, _ := r.findDerivedOn("pipeline", db.name, t.delay, pipelineConns, latencyName("p99", db.variant))
+			p99WB, _ := r.findDerivedOn("pipeline", db.name, t.delay, pipelineConns, latencyName("p99", vWB8))
+			check(fmt.Sprintf("%s: %s, %d connections (p99 per message %.2f ms against %.2f ms)",
+				x.where(), db.what, pipelineConns, p99.s.med, p99WB.s.med), fmt.Sprintf("≥ %.2g", t.want), x.ratio, x.ratio.med >= t.want)
 		}
-		p99, _ := r.findDerived("pipeline", t.delay, pipelineConns, latencyName("p99", vPipe64))
-		p99WB, _ := r.findDerived("pipeline", t.delay, pipelineConns, latencyName("p99", vWB8))
-		check(fmt.Sprintf("%s: pipelined ÷ write-behind, %d connections (p99 per message %.2f ms against %.2f ms)",
-			x.where(), pipelineConns, p99.s.med, p99WB.s.med), fmt.Sprintf("≥ %.2g", t.want), x.ratio, x.ratio.med >= t.want)
 	}
 	if b.Len() == 0 {
 		return ""
