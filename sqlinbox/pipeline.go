@@ -13,7 +13,9 @@ import (
 )
 
 // PipelineConfig configures how a store made by [NewPgxPipeline] pipelines the write-behind
-// requests of messages in flight at the same time. The zero value is ready to use.
+// requests of messages in flight at the same time, and how one made by
+// [NewMultiStatementCoalesced] coalesces them into multi-statement requests. The zero value is
+// ready to use.
 type PipelineConfig struct {
 	// Connections is the most connections that send pipelines at once, each acquired from
 	// the pool for one pipeline. A delivery that finds fewer busy goes at once, with the
@@ -22,14 +24,17 @@ type PipelineConfig struct {
 	// pipelines sooner, but each connection's messages commit one after the other, each
 	// waiting for its own WAL flush, so fewer than the database can run at once lower the
 	// throughput. Default: the pool's MaxConns: while a connection is free a delivery
-	// costs what it costs on [NewPgx], and deliveries coalesce once every one is busy.
+	// costs what it costs on [NewPgx], and deliveries coalesce once every one is busy. On
+	// [NewMultiStatementCoalesced], whose pool has no limit until the application sets one,
+	// the default is the larger of 4 and the number of CPUs, pgxpool's default MaxConns.
 	Connections int
 
 	// Messages is the most messages one pipeline carries. Default: 16.
 	Messages int
 
 	// MeterProvider receives the inbox.pipeline.messages histogram
-	// ([inboxotel.MetricPipelineMessages]): the requests each pipeline carried, with the
+	// ([inboxotel.MetricPipelineMessages]): the requests each pipeline carried (on
+	// [NewMultiStatementCoalesced], the messages each connection took at once), with the
 	// attribute "table". Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
