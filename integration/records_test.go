@@ -25,19 +25,19 @@ import (
 // server's). Nothing is committed. The record the error advises commits.
 func TestARecordOverMaxAllowedPacketIsAClearError(t *testing.T) {
 	for _, params := range []string{"", "maxAllowedPacket=0"} {
-		for _, multi := range []bool{false, true} {
+		for _, kind := range mysqlStoreKinds {
 			for _, writeBehind := range []bool{false, true} {
-				name := fmt.Sprintf("params=%q/multi-statement=%v/write-behind=%v", params, multi, writeBehind)
+				name := fmt.Sprintf("params=%q/%s/write-behind=%v", params, kind, writeBehind)
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
-					testRecordOverMaxAllowedPacket(t, params, multi, writeBehind)
+					testRecordOverMaxAllowedPacket(t, params, kind, writeBehind)
 				})
 			}
 		}
 	}
 }
 
-func testRecordOverMaxAllowedPacket(t *testing.T, params string, multi, writeBehind bool) {
+func testRecordOverMaxAllowedPacket(t *testing.T, params, kind string, writeBehind bool) {
 	ctx := context.Background()
 	dsn := mysqlMultiStatementsDSN(t)
 	if params != "" {
@@ -51,14 +51,17 @@ func testRecordOverMaxAllowedPacket(t *testing.T, params string, multi, writeBeh
 	table := testenv.Name("inbox")
 	var store *sqlinbox.Store
 	var err error
-	if multi {
-		var db *sql.DB
+	var db *sql.DB
+	switch kind {
+	case "NewMultiStatement":
 		store, db, err = sqlinbox.NewMultiStatement(mysqlConnector(t, dsn), sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
-		if db != nil {
-			t.Cleanup(func() { db.Close() })
-		}
-	} else {
+	case "NewMultiStatementCoalesced":
+		store, db, err = sqlinbox.NewMultiStatementCoalesced(mysqlConnector(t, dsn), sqlinbox.MySQL{}, sqlinbox.Config{Table: table}, sqlinbox.PipelineConfig{})
+	default:
 		store, err = sqlinbox.NewDB(openSQL(t, "mysql", dsn), sqlinbox.MySQL{}, sqlinbox.Config{Table: table})
+	}
+	if db != nil {
+		t.Cleanup(func() { db.Close() })
 	}
 	if err != nil {
 		t.Fatal(err)
