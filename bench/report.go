@@ -142,7 +142,10 @@ var scenarios = []struct{ name, title, description string }{
 			"write-behind holds one per message, so 8 connections carry 8 messages in flight; the pipelined store carries up to 8 per connection, 64 in flight. " +
 			"*write-behind, 32 in flight* (32 connections) against *pipelined, 32 in flight* (8), and the two *8 in flight*, compare at equal messages in flight; the 1-in-flight pair is the latency of a lone delivery. " +
 			"Ratios are to *write-behind, 8 in flight* in the same round; latency is each message's time through the middleware, its 50th and 99th percentile per round " +
-			"(median over the rounds [min–max])."},
+			"(median over the rounds [min–max]). " +
+			"On MariaDB the same variants compare `sqlinbox.NewMultiStatement`'s write-behind mode (one multi-statement request per message) with " +
+			"`sqlinbox.NewMultiStatementCoalesced` (`PipelineConfig{Connections: 8, Messages: 8}`: the transactions of the messages in flight at once in one multi-statement request per connection), " +
+			"named *coalesced*."},
 	{"marks", "7. Unpublished marks: a handler that publishes, with and without them",
 		"Write-behind mode on `sqlinbox.NewPgx`; the handler queues the invoice INSERT with `inbox.ExecAtCommit` and publishes one event (100 bytes) through an `inbox.Publisher` " +
 			"to a broker that takes it at once. *marks*: the table has the column `unpublished`: the claim's INSERT carries the record and sets the mark, and the store clears the marks of up to 500 " +

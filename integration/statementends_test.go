@@ -21,15 +21,18 @@ import (
 // transaction was left open holding the claim's lock.
 func TestQueuedStatementNeverSwallowsTheCommit(t *testing.T) {
 	backendNames := []string{"database-sql/mariadb", "database-sql/mariadb/multi-statements", "database-sql/postgres",
-		"database-sql/sqlite", "pgx/postgres", "pgx/postgres/simple-protocol"}
+		"database-sql/sqlite", "pgx/postgres", "pgx/postgres/simple-protocol", "database-sql/mariadb/coalesced"}
 	for _, writeBehind := range []bool{false, true} {
 		for _, name := range backendNames {
 			t.Run(modeName(writeBehind)+"/"+name, func(t *testing.T) {
 				t.Parallel()
 				var b *backend
-				if name == "pgx/postgres/simple-protocol" {
+				switch name {
+				case "pgx/postgres/simple-protocol":
 					b = pgxBackendWith(t, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
-				} else {
+				case "database-sql/mariadb/coalesced":
+					b = mysqlBackendOf(t, "", coalescedStores(sqlinbox.PipelineConfig{}))
+				default:
 					b = backends[name](t)
 				}
 				testQueuedStatementEnds(t, b, writeBehind)
