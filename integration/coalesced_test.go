@@ -4,17 +4,19 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"slices"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	inbox "github.com/inboxkit/watermill-inbox"
+	"github.com/inboxkit/watermill-inbox/inboxotel"
 	"github.com/inboxkit/watermill-inbox/inboxtest"
-	"github.com/inboxkit/watermill-inbox/internal/pipelineprobe"
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
@@ -69,15 +71,19 @@ type coalescedFixture struct {
 	direct          *sql.DB
 	store           *sqlinbox.Store
 	table, business string
-
-	mu   sync.Mutex
-	sent []int // messages per request, in the order sent
+	// reader reads the store's inbox.pipeline.messages histogram: the messages of each
+	// multi-statement request.
+	reader *sdkmetric.ManualReader
 }
 
 func newCoalescedFixture(t *testing.T, pipeline sqlinbox.PipelineConfig) *coalescedFixture {
 	t.Helper()
 	ctx := context.Background()
-	f := &coalescedFixture{direct: openSQL(t, "mysql", testenv.MySQLDSN(t)), table: testenv.Name("co_inbox"), business: testenv.Name("co_lines")}
+	f := &coalescedFixture{direct: openSQL(t, "mysql", testenv.MySQLDSN(t)), table: testenv.Name("co_inbox"), business: testenv.Name("co_lines"),
+		reader: sdkmetric.NewManualReader()}
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(f.reader))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	pipeline.MeterProvider = provider
 	t.Cleanup(func() { _, _ = f.direct.Exec("DROP TABLE IF EXISTS " + f.table + ", " + f.business) })
 	if _, err := f.direct.Exec("CREATE TABLE " + f.business + " (msg_key varchar(64) NOT NULL, kind varchar(16) NOT NULL, cents bigint NOT NULL)"); err != nil {
 		t.Fatal(err)
@@ -91,11 +97,6 @@ func newCoalescedFixture(t *testing.T, pipeline sqlinbox.PipelineConfig) *coales
 		t.Fatal(err)
 	}
 	f.store = store
-	pipelineprobe.Observe(store, func(n int) {
-		f.mu.Lock()
-		f.sent = append(f.sent, n)
-		f.mu.Unlock()
-	})
 	return f
 }
 
@@ -117,10 +118,56 @@ func (f *coalescedFixture) handler(t *testing.T) message.HandlerFunc {
 	})
 }
 
-func (f *coalescedFixture) requests() []int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.sent)
+// requests returns the histogram of the messages per request so far: how many requests, how
+// many messages in all, and the fewest and the most in one.
+func (f *coalescedFixture) requests(t *testing.T) (requests uint64, messages, fewest, most int64) {
+	t.Helper()
+	var data metricdata.ResourceMetrics
+	if err := f.reader.Collect(context.Background(), &data); err != nil {
+		t.Fatal(err)
+	}
+	for _, scope := range data.ScopeMetrics {
+		for _, m := range scope.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == inboxotel.MetricPipelineMessages {
+				for _, p := range h.DataPoints {
+					requests, messages = requests+p.Count, messages+p.Sum
+					fewest, _ = p.Min.Value()
+					most, _ = p.Max.Value()
+				}
+			}
+		}
+	}
+	return requests, messages, fewest, most
+}
+
+// waitingInCombiner counts the deliveries parked in the store's combiner, waiting for a
+// connection's next request: goroutines inside its do and not sending (lane). The store shows
+// its queue to nothing outside its package, and the goroutines' stacks are what the runtime
+// shows of it.
+func waitingInCombiner(t *testing.T) int {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	waiting, seen := 0, false
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "sqlinbox.(*combiner[...]).do(") {
+			seen = true
+			if !strings.Contains(g, "sqlinbox.(*combiner[...]).lane(") {
+				waiting++
+			}
+		}
+	}
+	if !seen {
+		t.Log("no goroutine in sqlinbox.(*combiner[...]).do: if it was renamed, rename it here")
+	}
+	return waiting
 }
 
 func (f *coalescedFixture) count(t *testing.T, query string, args ...any) int {
@@ -172,7 +219,7 @@ func TestCoalescedRequestSettlesEachMessage(t *testing.T) {
 	release := f.holdKey(t, "blocker")
 	blocked := make(chan error, 1)
 	go func() { blocked <- deliverMessage(h, "blocker", "x") }()
-	waitFor(t, "the blocker's request", func() bool { return len(f.requests()) == 1 })
+	waitFor(t, "the blocker's request", func() bool { n, _, _, _ := f.requests(t); return n == 1 })
 
 	var keys, payloads []string
 	for i := range 7 {
@@ -186,7 +233,7 @@ func TestCoalescedRequestSettlesEachMessage(t *testing.T) {
 	errs := make([]error, len(keys))
 	for i := range keys {
 		wg.Go(func() { errs[i] = deliverMessage(h, keys[i], payloads[i]) })
-		waitFor(t, "message "+keys[i]+" waiting", func() bool { return pipelineprobe.Waiting(f.store) == i+1 })
+		waitFor(t, "message "+keys[i]+" waiting", func() bool { return waitingInCombiner(t) == i+1 })
 	}
 	release()
 	if err := <-blocked; err != nil {
@@ -194,9 +241,10 @@ func TestCoalescedRequestSettlesEachMessage(t *testing.T) {
 	}
 	wg.Wait()
 
-	if got, want := f.requests(), []int{1, 16, 8, 7}; !slices.Equal(got, want) {
-		t.Errorf("messages per request: %v, want %v (the blocker; the 16, stopped at the failing one; "+
-			"the copy and the 7 after it, stopped at the copy; the 7)", got, want)
+	// The blocker; the 16, stopped at the failing one; the copy and the 7 after it, stopped at
+	// the copy; the 7.
+	if requests, messages, fewest, most := f.requests(t); requests != 4 || messages != 1+16+8+7 || fewest != 1 || most != 16 {
+		t.Errorf("%d requests of %d messages in all, %d to %d each; want 4 requests of 1, 16, 8 and 7 messages", requests, messages, fewest, most)
 	}
 	var acks, nacks int
 	for i, err := range errs {
@@ -238,8 +286,8 @@ func TestCoalescedLoneDeliveryGoesAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := f.requests(); !slices.Equal(got, []int{1, 1, 1}) {
-		t.Errorf("messages per request: %v, want [1 1 1]", got)
+	if requests, messages, _, most := f.requests(t); requests != 3 || messages != 3 || most != 1 {
+		t.Errorf("%d requests of %d messages, at most %d in one; want 3 of one each", requests, messages, most)
 	}
 	if n := f.count(t, "SELECT COUNT(*) FROM "+f.business); n != 6 {
 		t.Errorf("%d business rows, want 6", n)

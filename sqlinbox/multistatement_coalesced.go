@@ -96,7 +96,6 @@ type coalescedPool struct {
 
 	perPipeline metric.Int64Histogram // inbox.pipeline.messages
 	tableAttr   metric.RecordOption
-	sent        func(messages int) // the tests' observer of each request (see pipelineprobe), or nil
 }
 
 // session returns a session that holds nothing yet: the claim-first mode takes its connection

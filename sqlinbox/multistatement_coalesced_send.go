@@ -27,7 +27,6 @@ const doneVariable = "@sqlinbox_done"
 // send sends requests on conn, as many at a time as coalesce allows, and sets each one's
 // result.
 func (p *coalescedPool) send(ctx context.Context, conn *sql.Conn, requests []*pipelineRequest) {
-	p.perPipeline.Record(ctx, int64(len(requests)), p.tableAttr)
 	for len(requests) > 0 {
 		n, ok := 1, false
 		if n = coalesce(requests); n == 1 {
@@ -62,9 +61,7 @@ func coalesce(requests []*pipelineRequest) int {
 // statements the server ran, and rolls back a transaction its failure left open. It returns
 // false if the connection broke.
 func (p *coalescedPool) sendAlone(ctx context.Context, conn *sql.Conn, r *pipelineRequest) bool {
-	if p.sent != nil {
-		p.sent(1)
-	}
+	p.perPipeline.Record(ctx, 1, p.tableAttr)
 	text, args := request(p.beginText, r.statements, sqlCommit)
 	_, err := conn.ExecContext(txmark.With(ctx, txmark.Begins|txmark.Ends), text, append(args, holdsStatements{len(r.statements) + 2})...)
 	r.failed, r.err = 0, nil
@@ -89,9 +86,7 @@ func (p *coalescedPool) sendAlone(ctx context.Context, conn *sql.Conn, r *pipeli
 // that committed and the one that failed. It returns how many it settled, and false if the
 // connection broke (all of batch is then settled).
 func (p *coalescedPool) sendTogether(ctx context.Context, conn *sql.Conn, batch []*pipelineRequest) (int, bool) {
-	if p.sent != nil {
-		p.sent(len(batch))
-	}
+	p.perPipeline.Record(ctx, int64(len(batch)), p.tableAttr)
 	var text strings.Builder
 	var args []any
 	statements := 1
