@@ -38,8 +38,8 @@ const (
 	MetricRowsDeleted = "inbox.cleanup.rows_deleted"
 	// MetricPipelineMessages is a histogram of the requests each pipeline of a store made by
 	// sqlinbox's NewPgxPipeline carried (a message's claim, writes and record, or the read
-	// of a duplicate's committed claim), or of the messages each connection of a store made
-	// by NewMultiStatementCoalesced took at once, with the attribute "table": a pipeline of
+	// of a duplicate's committed claim), or the messages each multi-statement request of a
+	// store made by NewMultiStatementCoalesced carried, with the attribute "table": a pipeline of
 	// one is a delivery that went alone, and larger ones show deliveries coalescing.
 	MetricPipelineMessages = "inbox.pipeline.messages"
 	// MetricRelayPublished counts the records a relay (sqlinbox's RelayRunner) published,

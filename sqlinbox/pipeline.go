@@ -34,7 +34,7 @@ type PipelineConfig struct {
 
 	// MeterProvider receives the inbox.pipeline.messages histogram
 	// ([inboxotel.MetricPipelineMessages]): the requests each pipeline carried (on
-	// [NewMultiStatementCoalesced], the messages each connection took at once), with the
+	// [NewMultiStatementCoalesced], the messages of each multi-statement request), with the
 	// attribute "table". Default: the global provider, otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 }
