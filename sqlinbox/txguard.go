@@ -200,18 +200,12 @@ func (l sqlLexicon) firstWords(statement string) []string {
 	return words
 }
 
-// quoteEnd returns the index after the quoted text that opens at i with quote: a doubled quote
-// is one character of it, and, with backslash, so is the byte after a backslash.
+// quoteEnd returns the index after the quoted text that opens at i with quote (text[i]): a
+// doubled quote is one character of it, and, with backslash, so is the byte after a
+// backslash. A quote left open runs to the end of text.
 func quoteEnd(text string, i int, quote byte, backslash bool) int {
-	for j := i + 1; j < len(text); j++ {
-		switch {
-		case backslash && text[j] == '\\':
-			j++
-		case text[j] == quote && j+1 < len(text) && text[j+1] == quote:
-			j++
-		case text[j] == quote:
-			return j + 1
-		}
+	if end := closingQuote(text, i, backslash); end >= 0 && text[i] == quote {
+		return end
 	}
 	return len(text)
 }
