@@ -28,8 +28,9 @@ const doneVariable = "@sqlinbox_done"
 // result.
 func (p *coalescedPool) send(ctx context.Context, conn *sql.Conn, requests []*pipelineRequest) {
 	for len(requests) > 0 {
-		n, ok := 1, false
-		if n = coalesce(requests); n == 1 {
+		var ok bool
+		n := coalesce(requests)
+		if n == 1 {
 			ok = p.sendAlone(ctx, conn, requests[0])
 		} else {
 			n, ok = p.sendTogether(ctx, conn, requests[:n])
