@@ -70,7 +70,7 @@ func (p *coalescedPool) sendAlone(ctx context.Context, conn *sql.Conn, r *pipeli
 		return true
 	}
 	r.failed, r.err = failedUnknown, err
-	if connectionLost(err) {
+	if connectionLost(err) || ctx.Err() != nil {
 		discard(conn)
 		r.err = lostPipeline(err)
 		return false
@@ -108,7 +108,8 @@ func (p *coalescedPool) sendTogether(ctx context.Context, conn *sql.Conn, batch 
 	var counted *statementCountError
 	_, _, serverErr := mysqlError(err)
 	switch {
-	case connectionLost(err):
+	case connectionLost(err) || ctx.Err() != nil:
+		// The driver closes a connection whose context ended mid-request.
 		discard(conn)
 		for _, r := range batch {
 			r.failed, r.err = failedUnknown, lostPipeline(err)
