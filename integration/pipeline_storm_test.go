@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +28,8 @@ import (
 )
 
 // The storms on the pipelined store (sqlinbox.NewPgxPipeline) in write-behind mode: the chaos
-// test, a consumer process killed mid-traffic, a PostgreSQL failover.
+// test, a consumer process killed mid-traffic (on the coalesced MariaDB store too), a
+// PostgreSQL failover.
 
 // pipelineWire is the PostgreSQL protocol as the fault proxy sees a pipeline: a Sync is the
 // COMMIT of the message whose statements precede it (an implicit transaction), so the proxy
@@ -114,26 +117,77 @@ func killSessions(ctx context.Context, b *backend, app string, f *chaosFaults) {
 }
 
 // pipelineConsumerVar carries, to the consumer process of TestPipelineKilledConsumerExactlyOnce,
-// the broker's URL, the queue, the store's PostgreSQL URL, the inbox table and the business
-// table, separated by spaces.
+// the store's name in killedConsumerStores, the broker's URL, the queue, the store's database
+// (its dsn as the backend has it), the inbox table and the business table, separated by
+// spaces.
 const pipelineConsumerVar = "INBOX_TEST_PIPELINE_CONSUMER"
 
 // pipelineConsumerHandlers is how many router handlers the consumer process runs on the one
 // queue: the deliveries in flight at once, which share pipelines.
 const pipelineConsumerHandlers = 8
 
-// A consumer process on the pipelined store killed with SIGKILL mid-traffic, five times, and
-// started again each time: its pipelines in flight die with it (the messages whose Sync the
-// server had run are committed and never acked; the others roll back), and RabbitMQ
-// redelivers every unacked copy to the next process. 600 orders as 1-3 copies: exactly one
-// claim and one invoice per order, every copy acked, the queue empty.
+// killedConsumerStore is a store whose requests carry several messages, as the consumer
+// process of TestPipelineKilledConsumerExactlyOnce runs it.
+type killedConsumerStore struct {
+	// backend makes the parent's tables, and counts from another session.
+	backend func(t *testing.T) *backend
+	// open makes the consumer process's store, on two connections, of table on dsn.
+	open func(t *testing.T, dsn, table string) *sqlinbox.Store
+	// insert is the handler's queued insert into the business table {t}.
+	insert string
+}
+
+// killedConsumerStores are the stores a consumer process is killed on: the pipelined store on
+// PostgreSQL, the coalesced one on MariaDB.
+var killedConsumerStores = map[string]killedConsumerStore{
+	"pgx-pipeline/postgres": {
+		backend: func(t *testing.T) *backend { return pipelineBackend(t, sqlinbox.PipelineConfig{}) },
+		open: func(t *testing.T, dsn, table string) *sqlinbox.Store {
+			store, err := sqlinbox.NewPgxPipeline(openPgxPool(t, dsn), sqlinbox.Config{Table: table}, sqlinbox.PipelineConfig{Connections: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return store
+		},
+		insert: "INSERT INTO {t} (consumer, msg_key) VALUES ($1, $2)",
+	},
+	"coalesced/mariadb": {
+		backend: func(t *testing.T) *backend {
+			return mysqlBackendOf(t, "", coalescedStores(sqlinbox.PipelineConfig{}))
+		},
+		open: func(t *testing.T, dsn, table string) *sqlinbox.Store {
+			store, db, err := sqlinbox.NewMultiStatementCoalesced(mysqlConnector(t, mysqlMultiStatementsDSNOf(t, dsn)),
+				sqlinbox.MySQL{}, sqlinbox.Config{Table: table}, sqlinbox.PipelineConfig{Connections: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return store
+		},
+		insert: "INSERT INTO {t} (consumer, msg_key) VALUES (?, ?)",
+	},
+}
+
+// A consumer process killed with SIGKILL mid-traffic, five times, and started again each
+// time, on each store of killedConsumerStores: its requests in flight die with it (the
+// messages whose commit the server had run are committed and never acked; the others roll
+// back), and RabbitMQ redelivers every unacked copy to the next process. 600 orders as 1-3
+// copies: exactly one claim and one invoice per order, every copy acked, the queue empty.
 func TestPipelineKilledConsumerExactlyOnce(t *testing.T) {
+	for _, name := range slices.Sorted(maps.Keys(killedConsumerStores)) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testKilledConsumer(t, name)
+		})
+	}
+}
+
+func testKilledConsumer(t *testing.T, storeName string) {
 	const orders, kills = 600, 5
 	amqpURL := testenv.AMQPURL(t)
-	b := pipelineBackend(t, sqlinbox.PipelineConfig{})
+	b := killedConsumerStores[storeName].backend(t)
 	queue := testenv.Name("pipeline_orders")
 	broker := chaosQueue(t, amqpURL, queue)
-
 	var copies []*message.Message
 	for range orders {
 		order := watermill.NewUUID()
@@ -159,7 +213,7 @@ func TestPipelineKilledConsumerExactlyOnce(t *testing.T) {
 	acked := map[string]int{} // how often the handler chain acked each copy
 	start := func() (*exec.Cmd, <-chan error) {
 		return startHelper(t, "TestPipelineConsumerProcess", pipelineConsumerVar+"="+strings.Join(
-			[]string{amqpURL, queue, testenv.PostgresURL(t), b.table, b.business}, " "), func(line string) {
+			[]string{storeName, amqpURL, queue, b.dsn, b.table, b.business}, " "), func(line string) {
 			if copy, ok := strings.CutPrefix(line, "acked "); ok {
 				mu.Lock()
 				acked[copy]++
@@ -213,28 +267,29 @@ func TestPipelineKilledConsumerExactlyOnce(t *testing.T) {
 	for _, n := range acked {
 		again += n - 1
 	}
-	report(t, fmt.Sprintf("pipelined consumer killed %d times: %d orders, %d copies, all acked, exactly once; "+
-		"%d copies acked by a process killed before the broker had the ack, and delivered again", kills, orders, len(copies), again))
+	report(t, fmt.Sprintf("%s: consumer killed %d times: %d orders, %d copies, all acked, exactly once; "+
+		"%d copies acked by a process killed before the broker had the ack, and delivered again", storeName, kills, orders, len(copies), again))
 }
 
 // TestPipelineConsumerProcess is the consumer process TestPipelineKilledConsumerExactlyOnce
 // kills: a router with pipelineConsumerHandlers handlers on the queue, in write-behind mode on
-// the pipelined store, that prints "acked <copy>" for each copy it acks, until it is killed
-// or interrupted.
+// the store pipelineConsumerVar names, that prints "acked <copy>" for each copy it acks, until
+// it is killed or interrupted.
 func TestPipelineConsumerProcess(t *testing.T) {
 	spec := os.Getenv(pipelineConsumerVar)
 	if spec == "" {
 		t.Skip("run by TestPipelineKilledConsumerExactlyOnce")
 	}
 	fields := strings.Fields(spec)
-	if len(fields) != 5 {
-		t.Fatalf("%s=%q: want 5 fields", pipelineConsumerVar, spec)
+	if len(fields) != 6 {
+		t.Fatalf("%s=%q: want 6 fields", pipelineConsumerVar, spec)
 	}
-	amqpURL, queue, postgresURL, table, business := fields[0], fields[1], fields[2], fields[3], fields[4]
-	store, err := sqlinbox.NewPgxPipeline(openPgxPool(t, postgresURL), sqlinbox.Config{Table: table}, sqlinbox.PipelineConfig{Connections: 2})
-	if err != nil {
-		t.Fatal(err)
+	storeName, amqpURL, queue, dsn, table, business := fields[0], fields[1], fields[2], fields[3], fields[4], fields[5]
+	kind, ok := killedConsumerStores[storeName]
+	if !ok {
+		t.Fatalf("%s=%q: no store %q", pipelineConsumerVar, spec, storeName)
 	}
+	store := kind.open(t, dsn, table)
 	logger := watermill.NopLogger{}
 	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: true}, logger)
 	if err != nil {
@@ -257,7 +312,7 @@ func TestPipelineConsumerProcess(t *testing.T) {
 		}
 	}
 	router.AddMiddleware(printAcks, mw)
-	insert := "INSERT INTO " + business + " (consumer, msg_key) VALUES ($1, $2)"
+	insert := strings.ReplaceAll(kind.insert, "{t}", business)
 	config := amqp.NewDurableQueueConfig(amqpURL)
 	config.Consume.Qos.PrefetchCount = 4
 	for i := range pipelineConsumerHandlers {
