@@ -99,7 +99,8 @@ func runPipeline(ctx context.Context, e *env, rep *report) error {
 }
 
 // runCoalesced is the pipeline scenario on MariaDB at one delay: NewMultiStatement's
-// write-behind mode against NewMultiStatementCoalesced's.
+// write-behind mode against NewMultiStatementCoalesced's, and the hand-written floor of the
+// latter (coalescedFloor).
 func runCoalesced(ctx context.Context, e *env, rep *report, delay time.Duration) error {
 	addr, err := e.mysqlAt(ctx, delay)
 	if err != nil {
@@ -111,21 +112,27 @@ func runCoalesced(ctx context.Context, e *env, rep *report, delay time.Duration)
 	}
 	b.scenario = "pipeline"
 	log.Printf("pipeline: mysql, %s each way: round trip %s", delay, b.rtt)
+	table := e.table("mysql", "bench_pipe_inbox")
 	coalesced, db, err := sqlinbox.NewMultiStatementCoalesced(addr.connector, sqlinbox.MySQL{},
-		sqlinbox.Config{Table: e.table("mysql", "bench_pipe_inbox")}, sqlinbox.PipelineConfig{Connections: pipelineConns, Messages: 8})
+		sqlinbox.Config{Table: table}, sqlinbox.PipelineConfig{Connections: pipelineConns, Messages: 8})
 	if err != nil {
 		return err
 	}
 	e.sized(db)
 	e.onClose(func() { db.Close() })
-	return b.measurePipeline(ctx, e, rep, b.multiStore, coalesced, coalescedName)
+	floor, closeFloor, err := coalescedFloor(ctx, addr.connector, table, b.insert, e.opts.round)
+	if err != nil {
+		return err
+	}
+	defer closeFloor()
+	return b.measurePipeline(ctx, e, rep, b.multiStore, coalesced, coalescedName, floor)
 }
 
 // measurePipeline runs the variants on b, interleaved, write-behind on baseline and the
 // pipelined ones on pipelined, and records their throughput and the 50th and 99th percentile
 // of their latency per message, round by round; named gives a variant its name on b's
-// database.
-func (b *backend) measurePipeline(ctx context.Context, e *env, rep *report, baseline inbox.Store, pipelined *sqlinbox.Store, named func(string) string) error {
+// database; floors run interleaved with them.
+func (b *backend) measurePipeline(ctx context.Context, e *env, rep *report, baseline inbox.Store, pipelined *sqlinbox.Store, named func(string) string, floors ...variant) error {
 	if err := pipelined.InitializeSchema(ctx); err != nil {
 		return err
 	}
@@ -171,6 +178,9 @@ func (b *backend) measurePipeline(ctx context.Context, e *env, rep *report, base
 			return res, nil
 		}}
 	}
+	for _, f := range floors {
+		names, variants = append(names, f.name), append(variants, f)
+	}
 	log.Printf("pipeline: %s each way, %d connections", b.delay, pipelineConns)
 	results, err := interleave(ctx, pipelineConns, e.opts.rounds, e.opts.round/4, variants)
 	if err != nil {
@@ -178,7 +188,7 @@ func (b *backend) measurePipeline(ctx context.Context, e *env, rep *report, base
 	}
 	at := at{scenario: "pipeline", db: b.db, delay: b.delay, rtt: b.rtt, workers: pipelineConns}
 	rep.add(at, names, results, 0)
-	for i, name := range names {
+	for i, name := range names[:len(pipelineVariants)] {
 		rep.addDerivedUnit(at, latencyName("p50", name), " ms", p50s[i])
 		rep.addDerivedUnit(at, latencyName("p99", name), " ms", p99s[i])
 	}

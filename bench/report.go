@@ -145,7 +145,9 @@ var scenarios = []struct{ name, title, description string }{
 			"(median over the rounds [min–max]). " +
 			"On MariaDB the same variants compare `sqlinbox.NewMultiStatement`'s write-behind mode (one multi-statement request per message) with " +
 			"`sqlinbox.NewMultiStatementCoalesced` (`PipelineConfig{Connections: 8, Messages: 8}`: the transactions of the messages in flight at once in one multi-statement request per connection), " +
-			"named *coalesced*."},
+			"named *coalesced*, and its floor, *hand-written multi-statement requests, 64 in flight*: 8 connections, each sending requests of 8 transactions " +
+			"(START TRANSACTION; INSERT IGNORE claim; INSERT; COMMIT) written by hand, with no duplicate check, no statement count and no marker between them: " +
+			"what the machine allows such a request, with each message still its own transaction and its own log flush."},
 	{"marks", "7. Unpublished marks: a handler that publishes, with and without them",
 		"Write-behind mode on `sqlinbox.NewPgx`; the handler queues the invoice INSERT with `inbox.ExecAtCommit` and publishes one event (100 bytes) through an `inbox.Publisher` " +
 			"to a broker that takes it at once. *marks*: the table has the column `unpublished`: the claim's INSERT carries the record and sets the mark, and the store clears the marks of up to 500 " +
@@ -354,8 +356,12 @@ func (r *report) targets() string {
 			}
 			p99, _ := r.findDerivedOn("pipeline", db.name, t.delay, pipelineConns, latencyName("p99", db.variant))
 			p99WB, _ := r.findDerivedOn("pipeline", db.name, t.delay, pipelineConns, latencyName("p99", vWB8))
-			check(fmt.Sprintf("%s: %s, %d connections (p99 per message %.2f ms against %.2f ms)",
-				x.where(), db.what, pipelineConns, p99.s.med, p99WB.s.med), fmt.Sprintf("≥ %.2g", t.want), x.ratio, x.ratio.med >= t.want)
+			what := fmt.Sprintf("%s: %s, %d connections (p99 per message %.2f ms against %.2f ms)",
+				x.where(), db.what, pipelineConns, p99.s.med, p99WB.s.med)
+			if floor, ok := r.find("pipeline", db.name, t.delay, pipelineConns, vCoalescedFloor); ok && db.name == "mysql" {
+				what += fmt.Sprintf("; the hand-written floor %.2f× write-behind", floor.ratio.med)
+			}
+			check(what, fmt.Sprintf("≥ %.2g", t.want), x.ratio, x.ratio.med >= t.want)
 		}
 	}
 	if b.Len() == 0 {
