@@ -13,7 +13,6 @@ import (
 	amqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	inbox "github.com/inboxkit/watermill-inbox"
 	"github.com/inboxkit/watermill-inbox/internal/testenv"
 	"github.com/inboxkit/watermill-inbox/sqlinbox"
 )
@@ -73,43 +72,19 @@ func TestCoalescedServerKilledMidTraffic(t *testing.T) {
 		rand.Shuffle(len(part), func(i, j int) { part[i], part[j] = part[j], part[i] })
 	}
 
-	logger := watermill.NopLogger{}
-	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: true}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	router, err := message.NewRouter(message.RouterConfig{}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	acked := map[string]int{}
 	nacked := 0
-	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			msgs, err := h(msg)
+	router := writeBehindQueueRouter(t, store, amqpURL, queue, handlers,
+		"INSERT INTO "+business+" (consumer, msg_key) VALUES (?, ?)", func(msg *message.Message, err error) {
 			mu.Lock()
+			defer mu.Unlock()
 			if err == nil {
 				acked[msg.Metadata.Get("copy")]++
 			} else {
 				nacked++
 			}
-			mu.Unlock()
-			return msgs, err
-		}
-	}, mw)
-	insert := "INSERT INTO " + business + " (consumer, msg_key) VALUES (?, ?)"
-	config := amqp.NewDurableQueueConfig(amqpURL)
-	config.Consume.Qos.PrefetchCount = 4
-	for i := range handlers {
-		sub, err := amqp.NewSubscriber(config, logger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		router.AddConsumerHandler("billing-"+strconv.Itoa(i), queue, sub, func(msg *message.Message) error {
-			return inbox.ExecAtCommit(msg.Context(), insert, "billing", msg.UUID)
 		})
-	}
 	runCtx, stop := context.WithCancel(ctx)
 	routerDone := make(chan error, 1)
 	go func() { routerDone <- router.Run(runCtx) }()
@@ -121,7 +96,7 @@ func TestCoalescedServerKilledMidTraffic(t *testing.T) {
 	}()
 	<-router.Running()
 
-	publisher, err := amqp.NewPublisher(amqp.NewDurableQueueConfig(amqpURL), logger)
+	publisher, err := amqp.NewPublisher(amqp.NewDurableQueueConfig(amqpURL), watermill.NopLogger{})
 	if err != nil {
 		t.Fatal(err)
 	}

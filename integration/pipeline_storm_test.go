@@ -290,6 +290,29 @@ func TestPipelineConsumerProcess(t *testing.T) {
 		t.Fatalf("%s=%q: no store %q", pipelineConsumerVar, spec, storeName)
 	}
 	store := kind.open(t, dsn, table)
+	var out sync.Mutex
+	router := writeBehindQueueRouter(t, store, amqpURL, queue, pipelineConsumerHandlers,
+		strings.ReplaceAll(kind.insert, "{t}", business), func(msg *message.Message, err error) {
+			if err == nil {
+				out.Lock()
+				fmt.Println("acked " + msg.Metadata.Get("copy"))
+				out.Unlock()
+			}
+		})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := router.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeBehindQueueRouter is a router of handlers handlers on the RabbitMQ queue (prefetch 4
+// each), in write-behind mode on store as consumer billing, each queuing insert with
+// ("billing", the message's UUID); observed sees what the handler chain returned for each
+// delivery, the inbox's verdict.
+func writeBehindQueueRouter(t *testing.T, store inbox.Store, amqpURL, queue string, handlers int, insert string,
+	observed func(msg *message.Message, err error)) *message.Router {
+	t.Helper()
 	logger := watermill.NopLogger{}
 	mw, err := inbox.NewMiddleware(store, inbox.Config{Consumer: "billing", WriteBehind: true}, logger)
 	if err != nil {
@@ -299,23 +322,16 @@ func TestPipelineConsumerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out sync.Mutex
-	printAcks := func(h message.HandlerFunc) message.HandlerFunc {
+	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			msgs, err := h(msg)
-			if err == nil {
-				out.Lock()
-				fmt.Println("acked " + msg.Metadata.Get("copy"))
-				out.Unlock()
-			}
+			observed(msg, err)
 			return msgs, err
 		}
-	}
-	router.AddMiddleware(printAcks, mw)
-	insert := strings.ReplaceAll(kind.insert, "{t}", business)
+	}, mw)
 	config := amqp.NewDurableQueueConfig(amqpURL)
 	config.Consume.Qos.PrefetchCount = 4
-	for i := range pipelineConsumerHandlers {
+	for i := range handlers {
 		sub, err := amqp.NewSubscriber(config, logger)
 		if err != nil {
 			t.Fatal(err)
@@ -324,11 +340,7 @@ func TestPipelineConsumerProcess(t *testing.T) {
 			return inbox.ExecAtCommit(msg.Context(), insert, "billing", msg.UUID)
 		})
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := router.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return router
 }
 
 // The failover of TestPostgresFailoverExactlyOnce on the pipelined store in write-behind mode:
