@@ -95,6 +95,7 @@ type chaosDB struct {
 }
 
 func TestChaosExactlyOneInvoicePerOrder(t *testing.T) {
+	t.Parallel()
 	orders := chaosOrders(t)
 	for _, c := range []struct {
 		name   string

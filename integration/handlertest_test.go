@@ -203,6 +203,7 @@ var buggyHandlers = []struct {
 // messages a team acts on; and with those scenarios switched off (every other scenario run
 // alone), it passes: each scenario is what catches its handler.
 func TestHandlerKitCatchesBuggyHandlers(t *testing.T) {
+	t.Parallel()
 	for _, bug := range buggyHandlers {
 		t.Run(bug.name, func(t *testing.T) {
 			forEachKitBackend(t, func(t *testing.T, f *kitFixture) {

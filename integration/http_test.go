@@ -117,6 +117,7 @@ func sendWith(client *http.Client, url, key, order string, body []byte, header h
 // replays among them marked, and without Set-Cookie); copies at once get 409 or the replay;
 // the same key with another body is a 422; a request without the key is a 400.
 func TestHTTPIdempotencyKeyStorm(t *testing.T) {
+	t.Parallel()
 	for _, name := range sortedBackends() {
 		for _, writeBehind := range []bool{false, true} {
 			if writeBehind && !strings.HasPrefix(name, "pgx") && !strings.Contains(name, "multi-statements") {
@@ -250,6 +251,7 @@ func httpStorm(t *testing.T, name string, writeBehind bool) {
 // are doing; every key has one business row and one claim, and every 201 of a key is byte for
 // byte the first.
 func TestHTTPRetryStormConflictsOnlyBeforeCommit(t *testing.T) {
+	t.Parallel()
 	names := []string{"pgx/postgres", "pgx-pipeline/postgres", "database-sql/mariadb", "database-sql/mariadb/multi-statements"}
 	forEachHTTPMode(t, names, func(t *testing.T, b *backend, writeBehind bool) {
 		h := &orderHandler{b: b}

@@ -99,6 +99,7 @@ type freshTarget struct {
 // all the way down, which drops the tables and leaves the schemas, which other tables may
 // share; and up again.
 func TestMigrationCommandLinesOnAFreshDatabase(t *testing.T) {
+	t.Parallel()
 	tools := commandLines(t)
 	pgURL := testenv.PostgresURL(t)
 	mysqlDSN := testenv.MySQLDSN(t)

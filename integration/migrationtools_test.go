@@ -157,6 +157,7 @@ func directDSN(_ *testing.T, b *backend, _ migrationTool) (string, string) { ret
 // down, after which the table is gone (the store's check says it does not exist), and
 // applies the migration again, after which a first delivery is claimed.
 func TestMigrationToolsCreateTheTable(t *testing.T) {
+	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		runMigrationTarget(t, migrationTarget{"postgres", map[string]newBackend{

@@ -53,6 +53,7 @@ func (w *pipelineWire) next(r *bufio.Reader) ([]byte, bool, bool, error) {
 // on two connections as well as in one pipeline), and through PgBouncer in exec mode with
 // one.
 func TestChaosPipelineExactlyOneInvoicePerOrder(t *testing.T) {
+	t.Parallel()
 	orders := max(chaosOrders(t)/2, 100)
 	t.Run("pgx-pipeline/postgres", func(t *testing.T) {
 		runChaos(t, chaosPipelineAt(t, testenv.PostgresURL(t), sqlinbox.PipelineConfig{Connections: 2}), orders)
@@ -174,6 +175,7 @@ var killedConsumerStores = map[string]killedConsumerStore{
 // back), and RabbitMQ redelivers every unacked copy to the next process. 600 orders as 1-3
 // copies: exactly one claim and one invoice per order, every copy acked, the queue empty.
 func TestPipelineKilledConsumerExactlyOnce(t *testing.T) {
+	t.Parallel()
 	for _, name := range slices.Sorted(maps.Keys(killedConsumerStores)) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

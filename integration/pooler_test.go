@@ -84,6 +84,7 @@ func withQuery(t *testing.T, rawURL, key, value string) string {
 // still has exactly one invoice and one claim. The routers have 16 connections to the
 // pooler, which has 4 to the server.
 func TestPoolerChaosExactlyOneInvoicePerOrder(t *testing.T) {
+	t.Parallel()
 	poolerURL := testenv.PgBouncerURL(t, poolerServerConns)
 	orders := max(chaosOrders(t)/2, 200)
 	pgxMode := func(mode pgx.QueryExecMode, writeBehind bool) func(t *testing.T) *chaosDB {

@@ -24,6 +24,7 @@ import (
 // in both modes, with the driver's default packet limit and with maxAllowedPacket=0 (the
 // server's). Nothing is committed. The record the error advises commits.
 func TestARecordOverMaxAllowedPacketIsAClearError(t *testing.T) {
+	t.Parallel()
 	for _, params := range []string{"", "maxAllowedPacket=0"} {
 		for _, kind := range mysqlStoreKinds {
 			for _, writeBehind := range []bool{false, true} {

@@ -29,6 +29,7 @@ const republishedLog = "Inbox: duplicate message skipped, its produced messages 
 // (counted from the middleware's log, and reported); a fourth copy of every order, sent
 // after the marks are written, adds none.
 func TestHTTPReplaysPublishOnlyWhatHasNotLeft(t *testing.T) {
+	t.Parallel()
 	forEachHTTPMode(t, slices.Collect(maps.Keys(httpStores)), func(t *testing.T, b *backend, writeBehind bool) {
 		const orders, copies = 200, 3
 		addr := testenv.RedisAddr(t)
