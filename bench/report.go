@@ -358,7 +358,7 @@ func (r *report) targets() string {
 			p99WB, _ := r.findDerivedOn("pipeline", db.name, t.delay, pipelineConns, latencyName("p99", vWB8))
 			what := fmt.Sprintf("%s: %s, %d connections (p99 per message %.2f ms against %.2f ms)",
 				x.where(), db.what, pipelineConns, p99.s.med, p99WB.s.med)
-			if floor, ok := r.find("pipeline", db.name, t.delay, pipelineConns, vCoalescedFloor); ok && db.name == "mysql" {
+			if floor, ok := r.find("pipeline", db.name, t.delay, pipelineConns, vCoalescedFloor); ok {
 				what += fmt.Sprintf("; the hand-written floor %.2f× write-behind", floor.ratio.med)
 			}
 			check(what, fmt.Sprintf("≥ %.2g", t.want), x.ratio, x.ratio.med >= t.want)

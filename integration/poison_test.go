@@ -496,8 +496,8 @@ func TestDatabaseOutagePoisonsNothing(t *testing.T) {
 						// handlers do start while the database is down, and their queued writes
 						// go with the commit that fails.
 						whileDown := r.handlersStartedBetween(down, up)
-						if n := whileDown; n != 0 && !s.db.writeBehind {
-							t.Errorf("%s: %d handler runs started while the database was down", r.broker.name, n)
+						if whileDown != 0 && !s.db.writeBehind {
+							t.Errorf("%s: %d handler runs started while the database was down", r.broker.name, whileDown)
 						}
 						last, backlog := r.afterRestart(restarted)
 						report(t, fmt.Sprintf("outage %s on %s: %d orders every %s, database down %.1fs after %d published, restarted in %.2fs; "+
